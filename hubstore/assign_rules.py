@@ -1,0 +1,218 @@
+"""The assign-job state machine, pure: no I/O, no clock.
+
+    queued  -> running | succeeded | failed | timed_out
+    running -> running (progress) | succeeded | failed | timed_out
+    failed, timed_out -> queued      (by a retry only)
+    succeeded: final
+
+Repeating the move that made a job terminal (same status) is a no-op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from enum import Enum
+from typing import Any
+
+from hubstore.errors import IllegalTransition, ValidationError
+from hubstore.validation import as_number, clamp
+
+TERMINAL = frozenset({"succeeded", "failed", "timed_out"})
+ACTIVE = ("queued", "running")
+
+TRANSITIONS: Mapping[str, frozenset[str]] = {
+    "queued": frozenset({"running", "succeeded", "failed", "timed_out"}),
+    "running": frozenset({"running", "succeeded", "failed", "timed_out"}),
+    "failed": frozenset({"queued"}),
+    "timed_out": frozenset({"queued"}),
+    "succeeded": frozenset(),
+}
+#: Moves that only a retry may make.
+RETRY_ONLY = frozenset({("failed", "queued"), ("timed_out", "queued")})
+
+MIN_TIMEOUT_MS = 1_000
+MAX_TIMEOUT_MS = 86_400_000
+DEFAULT_TIMEOUT_MS = 600_000
+TIMED_OUT_ERROR = {"message": "assign job timed out"}
+
+
+class Move(Enum):
+    """What a requested status change amounts to."""
+
+    APPLY = "apply"
+    NOOP = "noop"
+
+
+def check_transition(current: str, target: str, *, via_retry: bool = False) -> Move:
+    """APPLY or NOOP for an allowed move; IllegalTransition for anything else."""
+    if current == target and target in TERMINAL:
+        return Move.NOOP
+    allowed = target in TRANSITIONS.get(current, frozenset())
+    if allowed and (current, target) in RETRY_ONLY and not via_retry:
+        raise IllegalTransition(
+            f"an assign job moves from {current} to {target} only by a retry "
+            "(retry_assign or schedule_assign_retry)")
+    if not allowed:
+        raise IllegalTransition(f"an assign job cannot move from {current} to {target}")
+    return Move.APPLY
+
+
+def allowed_sources(target: str, *, via_retry: bool = False) -> tuple[str, ...]:
+    """The statuses a job may be in to move to ``target``."""
+    return tuple(s for s, targets in TRANSITIONS.items()
+                 if target in targets and (via_retry or (s, target) not in RETRY_ONLY))
+
+
+_STATUS_ALIASES = {
+    "in_progress": "running", "timeout": "timed_out", "error": "failed",
+    "success": "succeeded",
+}
+_REPORTABLE = frozenset({"running", "succeeded", "failed", "timed_out"})
+
+
+def normalize_status(status: object, metadata: Mapping[str, Any] | None = None) -> str:
+    """A worker's reported status, as the hub understands it.
+
+    in_progress -> running, timeout -> timed_out, error -> failed, success -> succeeded;
+    completed -> succeeded unless metadata's result/status/outcome says failed/error
+    (failed) or timed_out/timeout (timed_out).
+    """
+    if not isinstance(status, str):
+        raise ValidationError(f"status must be a string, got {status!r}")
+    key = status.strip().lower()
+    if key == "completed":
+        for field in ("result", "status", "outcome"):
+            tag = (metadata or {}).get(field)
+            tag = tag.strip().lower() if isinstance(tag, str) else None
+            if tag in ("failed", "error"):
+                return "failed"
+            if tag in ("timed_out", "timeout"):
+                return "timed_out"
+        return "succeeded"
+    key = _STATUS_ALIASES.get(key, key)
+    if key not in _REPORTABLE:
+        raise ValidationError(
+            f"reported status must be one of running, succeeded, failed, timed_out "
+            f"(or in_progress, timeout, error, success, completed); got {status!r}")
+    return key
+
+
+def clamp_timeout(value: object, fallback: int = DEFAULT_TIMEOUT_MS) -> int:
+    """A timeout or ttl clamped to 1 s .. 24 h; a non-number means ``fallback``."""
+    return clamp(value, fallback, MIN_TIMEOUT_MS, MAX_TIMEOUT_MS)
+
+
+#: Patch fields whose None means "keep" (the reference's ``??``).
+KEEP_ON_NONE = (
+    "supervisor_agent", "worker_agent", "topic", "task", "payload", "attempt", "retry_count",
+    "max_retries", "priority", "ttl_ms", "timeout_ms", "trace_id", "correlation_id",
+)
+#: Patch fields whose None clears the column.
+CLEAR_ON_NONE = (
+    "deadline_ms", "last_message_id", "result", "error", "started_at_ms", "completed_at_ms",
+    "last_retry_at_ms",
+)
+PATCH_FIELDS = frozenset(KEEP_ON_NONE + CLEAR_ON_NONE)
+
+
+def check_patch(patch: Mapping[str, Any]) -> None:
+    """Refuse unknown patch fields (a typo must not pass silently)."""
+    unknown = sorted(set(patch) - PATCH_FIELDS)
+    if unknown:
+        raise ValidationError(
+            f"unknown assign job field(s): {', '.join(unknown)}; "
+            f"known: {', '.join(sorted(PATCH_FIELDS))}")
+
+
+def next_values(current: Mapping[str, Any], target: str, patch: Mapping[str, Any],
+                now: int) -> dict[str, Any]:
+    """The columns to write when ``current`` moves to ``target`` with ``patch``.
+
+    The reference's update rules: the deadline is the patch's if named, else cleared
+    for a terminal status, else now + timeout when becoming running without one;
+    started_at is set when running, completed_at when terminal, unless named.
+    """
+    def pick(name: str) -> Any:
+        value = patch.get(name)
+        return current[name] if value is None else value
+
+    terminal = target in TERMINAL
+    timeout = clamp_timeout(pick("timeout_ms"), current["timeout_ms"])
+    attempt_number = as_number(pick("attempt"))
+    values: dict[str, Any] = {
+        name: pick(name) for name in
+        ("supervisor_agent", "worker_agent", "topic", "task", "trace_id", "correlation_id")
+    }
+    values.update(
+        payload=pick("payload") if pick("payload") is not None else {},
+        status=target,
+        attempt=max(1, int(attempt_number)) if attempt_number else current["attempt"],
+        retry_count=max(0, int(as_number(pick("retry_count")) or 0)),
+        max_retries=max(0, int(as_number(pick("max_retries")) or 0)),
+        priority=clamp(pick("priority"), current["priority"] or 5, 1, 9),
+        ttl_ms=clamp_timeout(pick("ttl_ms"), current["ttl_ms"] or timeout),
+        timeout_ms=timeout,
+        updated_at_ms=now,
+    )
+    for name in ("last_message_id", "result", "error", "last_retry_at_ms"):
+        values[name] = patch[name] if name in patch else current[name]
+    if "deadline_ms" in patch:
+        deadline = patch["deadline_ms"]
+        values["deadline_ms"] = None if deadline is None else int(deadline)
+    elif terminal:
+        values["deadline_ms"] = None
+    elif target == "running" and not current["deadline_ms"]:
+        values["deadline_ms"] = now + timeout
+    else:
+        values["deadline_ms"] = current["deadline_ms"]
+    if "started_at_ms" in patch:
+        values["started_at_ms"] = patch["started_at_ms"]
+    elif target == "running":
+        values["started_at_ms"] = current["started_at_ms"] or now
+    else:
+        values["started_at_ms"] = current["started_at_ms"]
+    if "completed_at_ms" in patch:
+        values["completed_at_ms"] = patch["completed_at_ms"]
+    elif terminal:
+        values["completed_at_ms"] = current["completed_at_ms"] or now
+    else:
+        values["completed_at_ms"] = current["completed_at_ms"]
+    return values
+
+
+def retry_patch(current: Mapping[str, Any], patch: Mapping[str, Any], now: int
+                ) -> dict[str, Any]:
+    """The patch that re-queues a job for its next attempt (the reference's retry)."""
+    retry_count = patch.get("retry_count")
+    attempt = patch.get("attempt")
+    timeout = clamp_timeout(patch.get("timeout_ms") or current["timeout_ms"],
+                            current["timeout_ms"])
+    next_attempt = as_number(attempt if attempt is not None else current["attempt"] + 1)
+    return {
+        "retry_count": max(0, int(as_number(
+            retry_count if retry_count is not None else current["retry_count"] + 1) or 0)),
+        "attempt": max(current["attempt"] + 1, int(next_attempt or 1)),
+        "timeout_ms": timeout,
+        "ttl_ms": patch.get("ttl_ms") if patch.get("ttl_ms") is not None else current["ttl_ms"],
+        "deadline_ms": now + timeout,
+        "completed_at_ms": None,
+        "started_at_ms": None,
+        "last_retry_at_ms": now,
+        "result": patch.get("result"),
+        "error": patch["error"] if "error" in patch else current["error"],
+        "last_message_id": None,
+    }
+
+
+def iso_timestamp(ms: int) -> str:
+    """JavaScript's ``new Date(ms).toISOString()``."""
+    moment = datetime.fromtimestamp(ms // 1000, tz=UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+
+
+def status_event(job: Mapping[str, Any]) -> dict[str, Any]:
+    """What status listeners receive."""
+    outcome = job["result"] if job["result"] is not None else job["error"]
+    return {"job_id": job["job_id"], "status": job["status"], "result": outcome,
+            "timestamp": iso_timestamp(job["updated_at_ms"])}

@@ -1,0 +1,70 @@
+"""Errors raised by hubstore. Every one carries a stable ``code``."""
+
+from __future__ import annotations
+
+
+class HubStoreError(Exception):
+    """Base class of every hubstore error."""
+
+    code: str = "HUBSTORE"
+
+
+class ValidationError(HubStoreError, ValueError):
+    """Bad input, refused before anything is written."""
+
+    code = "VALIDATION"
+
+
+class AssignNotFound(HubStoreError, LookupError):
+    """No assign job has that id."""
+
+    code = "ASSIGN_NOT_FOUND"
+
+
+class WorkerMismatch(HubStoreError):
+    """A worker reported on a job that belongs to another worker."""
+
+    code = "ASSIGN_WORKER_MISMATCH"
+
+
+class StaleAttempt(HubStoreError):
+    """A result for an attempt other than the job's current one."""
+
+    code = "ASSIGN_ATTEMPT_MISMATCH"
+
+
+class RetryExhausted(HubStoreError):
+    """A retry was asked for but the job has used all its retries."""
+
+    code = "ASSIGN_RETRY_EXHAUSTED"
+
+
+class IllegalTransition(HubStoreError):
+    """A status move that the assign state machine does not allow."""
+
+    code = "ASSIGN_ILLEGAL_TRANSITION"
+
+
+class SchemaNotCurrent(HubStoreError):
+    """The database is not migrated to the head revision."""
+
+    code = "SCHEMA_NOT_CURRENT"
+
+
+class UnknownSchema(HubStoreError):
+    """The database holds hub tables that hubstore cannot identify."""
+
+    code = "SCHEMA_UNKNOWN"
+
+
+__all__ = [
+    "AssignNotFound",
+    "HubStoreError",
+    "IllegalTransition",
+    "RetryExhausted",
+    "SchemaNotCurrent",
+    "StaleAttempt",
+    "UnknownSchema",
+    "ValidationError",
+    "WorkerMismatch",
+]

@@ -1,0 +1,236 @@
+"""Running the Alembic migrations: upgrade, downgrade, current, and adopting legacy files.
+
+Every run takes a lock first (SQLite: the write lock of BEGIN IMMEDIATE; PostgreSQL: a
+transaction-level advisory lock), then decides, adopts and migrates in that one
+transaction. Two processes that start at once therefore migrate once, and a run that
+fails (UnknownSchema included) leaves the database exactly as it was. SQLite runs with
+foreign keys off, set outside the transaction, so that a table rebuild cannot
+cascade-delete child rows; the journal mode is only switched to WAL after success.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.environment import EnvironmentContext
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, create_engine, inspect, text
+from sqlalchemy.engine import URL
+from sqlalchemy.pool import NullPool
+
+from hubstore.engine import (
+    BEGIN_MODE,
+    ENV_URL,
+    create_hub_engine,
+    ensure_sqlite_file,
+    resolve_url,
+    sqlite_path,
+)
+from hubstore.errors import SchemaNotCurrent, UnknownSchema
+from hubstore.models import metadata
+
+HUB_TABLES = frozenset({
+    "agents", "messages", "message_inbox", "human_requests", "dead_letters", "assign_jobs",
+    "pipeline_state", "reflexion_entries",
+})
+#: Legacy `_meta.schema_version` -> the revision that has exactly that layout.
+LEGACY_REVISIONS = {"3": "0001", "4": "0002"}
+V4_COLUMNS = frozenset({"type", "adaptive_state_json"})
+#: Objects that revision 0003 owns on one dialect only; the models do not describe them.
+MIGRATION_OWNED = frozenset({
+    "hub_counters", "reflexion_entries_fts", "reflexion_entries_fts_data",
+    "reflexion_entries_fts_idx", "reflexion_entries_fts_content",
+    "reflexion_entries_fts_docsize", "reflexion_entries_fts_config",
+    "ix_reflexion_pattern_trgm", "alembic_version", "sqlite_sequence",
+})
+ADVISORY_LOCK_KEY = 0x6875_6273_746F_7265 & 0x7FFF_FFFF_FFFF_FFFF  # "hubstore"
+MIGRATION_BUSY_TIMEOUT_MS = 120_000
+
+
+def script_location() -> str:
+    """The migration scripts: inside the installed package, else the checkout's alembic/."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here / "_alembic", here.parent / "alembic"):
+        if (candidate / "env.py").is_file():
+            return str(candidate)
+    raise RuntimeError(f"hubstore's migration scripts are missing (looked beside {here})")
+
+
+def alembic_config(url: URL | str | None = None) -> Config:
+    """An Alembic Config for hubstore's scripts (no alembic.ini needed)."""
+    config = Config()
+    config.set_main_option("script_location", script_location())
+    if url is not None:
+        config.attributes["hubstore_url"] = resolve_url(url)
+    return config
+
+
+def head() -> str:
+    """The head revision."""
+    revision = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    assert revision is not None
+    return revision
+
+
+def upgrade(url: URL | str | None = None, revision: str = "head") -> None:
+    """Migrate up to ``revision``, adopting a legacy triflux database first."""
+    config = alembic_config(url)
+    config.attributes["hubstore_adopt"] = True
+    command.upgrade(config, revision)
+
+
+def downgrade(url: URL | str | None, revision: str) -> None:
+    """Migrate down to ``revision`` ("base" removes every hub table)."""
+    command.downgrade(alembic_config(url), revision)
+
+
+def current(url: URL | str | None = None) -> str | None:
+    """The database's revision, or None when it has none. Reads only."""
+    resolved = resolve_url(url)
+    path = sqlite_path(resolved)
+    if path is not None and not path.exists():
+        return None
+    engine = _read_only_engine(resolved)
+    try:
+        with engine.connect() as conn:
+            heads = MigrationContext.configure(conn).get_current_heads()
+    finally:
+        engine.dispose()
+    return heads[0] if heads else None
+
+
+def require_current(url: URL | str | None = None) -> None:
+    """Raise SchemaNotCurrent unless the database is at head. Creates nothing."""
+    resolved = resolve_url(url)
+    at, want = current(resolved), head()
+    if at != want:
+        shown = resolved.render_as_string(hide_password=True)
+        state = "has no hubstore schema" if at is None else f"is at revision {at}"
+        raise SchemaNotCurrent(
+            f"the database {shown} {state}, not {want} (head). Migrate it with "
+            f"`hubstore db upgrade --url '{shown}'`, or open it with "
+            "HubStore.open(url, auto_migrate=True).")
+
+
+def _read_only_engine(url: URL) -> Any:
+    path = sqlite_path(url)
+    if path is not None:
+        return create_engine(f"sqlite:///file:{path}?mode=ro&uri=true", poolclass=NullPool)
+    return create_hub_engine(url, poolclass=NullPool)
+
+
+def env_url(context: EnvironmentContext) -> URL:
+    """The URL of an Alembic run: given by hubstore, else -x url=, else $HUBSTORE_URL,
+    else alembic.ini's sqlalchemy.url, else the embedded default."""
+    config = context.config
+    given = config.attributes.get("hubstore_url")
+    if given is not None:
+        return resolve_url(given)
+    candidates = (context.get_x_argument(as_dictionary=True).get("url"),
+                  os.environ.get(ENV_URL), config.get_main_option("sqlalchemy.url"))
+    return resolve_url(next((c for c in candidates if c), None))
+
+
+@contextmanager
+def locked_connection(url: URL) -> Iterator[Connection]:
+    """A connection in a transaction that holds the migration lock."""
+    ensure_sqlite_file(url)
+    engine = create_hub_engine(url, wal=False, foreign_keys=False, poolclass=NullPool,
+                               busy_timeout_ms=MIGRATION_BUSY_TIMEOUT_MS)
+    sqlite = url.get_backend_name() == "sqlite"
+    try:
+        with engine.connect() as conn:
+            if sqlite:
+                conn = conn.execution_options(**{BEGIN_MODE: "IMMEDIATE"})
+            with conn.begin():
+                if not sqlite:
+                    conn.execute(text("SELECT pg_advisory_xact_lock(:key)"),
+                                 {"key": ADVISORY_LOCK_KEY})
+                yield conn
+            if sqlite:  # outside the transaction: pysqlite's own BEGIN is off
+                raw = conn.connection.driver_connection
+                assert raw is not None
+                raw.execute("PRAGMA journal_mode = WAL")
+                broken = raw.execute("PRAGMA foreign_key_check").fetchall()
+                if broken:
+                    raise RuntimeError(f"foreign key check failed after migrating: {broken}")
+    finally:
+        engine.dispose()
+
+
+def legacy_revision(conn: Connection) -> str | None:
+    """For a database without alembic_version: the revision to stamp, or None for one
+    with no hub tables. Anything unrecognised raises UnknownSchema. Reads only."""
+    inspector = inspect(conn)
+    tables = set(inspector.get_table_names())
+    present = HUB_TABLES & tables
+    if not present:
+        return None
+    missing = HUB_TABLES - tables
+    if missing:
+        raise UnknownSchema(
+            f"the database has some hub tables but not {', '.join(sorted(missing))}; "
+            "hubstore will not guess how to adopt it (nothing was changed)")
+    version = None
+    if "_meta" in tables:
+        version = conn.execute(
+            text("SELECT value FROM _meta WHERE key = 'schema_version'")).scalar()
+    columns = {c["name"] for c in inspector.get_columns("reflexion_entries")}
+    has_v4 = V4_COLUMNS <= columns
+    if (version == "3" and not V4_COLUMNS & columns) or (version == "4" and has_v4):
+        return LEGACY_REVISIONS[version]
+    raise UnknownSchema(
+        f"the database has the hub tables but schema_version {version!r} with reflexion "
+        f"columns {sorted(V4_COLUMNS & columns)}; hubstore knows versions 3 and 4 only "
+        "(nothing was changed)")
+
+
+def include_object(obj: Any, name: str | None, type_: str, reflected: bool,
+                   compare_to: Any) -> bool:
+    """Leave other applications' tables, and migration-owned objects, out of comparisons."""
+    if name in MIGRATION_OWNED:
+        return False
+    if type_ == "table" and reflected and compare_to is None:
+        return False  # a table that is not ours (hubstore may share a database)
+    return True
+
+
+def run_env(context: EnvironmentContext) -> None:
+    """The body of alembic/env.py."""
+    if context.is_offline_mode():
+        context.configure(url=env_url(context).render_as_string(hide_password=False),
+                          target_metadata=metadata, literal_binds=True,
+                          render_as_batch=True)
+        with context.begin_transaction():
+            context.run_migrations()
+        return
+    url = env_url(context)
+    config = context.config
+    adopt = config.attributes.get("hubstore_adopt") or _cli_command(config) == "upgrade"
+    with locked_connection(url) as conn:
+        if adopt and "alembic_version" not in inspect(conn).get_table_names():
+            revision = legacy_revision(conn)
+            if revision is not None:
+                MigrationContext.configure(conn).stamp(
+                    ScriptDirectory.from_config(config), revision)
+        context.configure(
+            connection=conn, target_metadata=metadata, include_object=include_object,
+            render_as_batch=url.get_backend_name() == "sqlite",
+            transaction_per_migration=False, compare_type=True)
+        with context.begin_transaction():
+            context.run_migrations()
+
+
+def _cli_command(config: Config) -> str | None:
+    cmd = getattr(getattr(config, "cmd_opts", None), "cmd", None)
+    if not cmd:
+        return None
+    fn = cmd[0] if isinstance(cmd, tuple) else cmd
+    return getattr(fn, "__name__", None)

@@ -1,0 +1,309 @@
+"""Declarative models of the hub's eight tables, in the reference's on-disk format.
+
+Column attributes keep the column names, except JSON columns, which hold parsed
+Python values under shorter names (``Agent.topics`` maps ``topics_json``).
+``to_dict()`` returns exactly what the reference store's getters return for a row.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from hubstore.jsontype import JSONText
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+AGENT_CLIS = ("codex", "gemini", "claude", "other")
+AGENT_STATUSES = ("online", "stale", "offline")
+MESSAGE_TYPES = (
+    "request", "response", "event", "handoff", "human_request", "human_response", "system",
+)
+MESSAGE_STATUSES = ("queued", "delivered", "acked", "expired", "dead_letter")
+HUMAN_KINDS = ("captcha", "approval", "credential", "choice", "text")
+HUMAN_STATES = ("pending", "accepted", "declined", "cancelled", "timed_out")
+HUMAN_DEFAULT_ACTIONS = ("decline", "cancel", "timeout_continue")
+ASSIGN_STATUSES = ("queued", "running", "succeeded", "failed", "timed_out")
+REFLEXION_TYPES = ("reflexion", "adaptive")
+
+Millis = BigInteger  # every time is integer milliseconds since the epoch
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+class Base(DeclarativeBase):
+    """Declarative base carrying the naming convention."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The row as the reference store's getter returns it."""
+        return {
+            attr.key: getattr(self, attr.key)
+            for attr in self.__mapper__.column_attrs
+        } | self._renamed()
+
+    def _renamed(self) -> dict[str, Any]:
+        return {}
+
+    def __repr__(self) -> str:
+        pk = ", ".join(str(getattr(self, c.key)) for c in self.__mapper__.primary_key)
+        return f"<{type(self).__name__} {pk}>"
+
+
+class Agent(Base):
+    __tablename__ = "agents"
+    __table_args__ = (
+        CheckConstraint(_in("cli", AGENT_CLIS), name="cli"),
+        CheckConstraint(_in("status", AGENT_STATUSES), name="status"),
+        Index("idx_agents_status", "status"),
+        Index("idx_agents_lease", "lease_expires_ms"),
+    )
+
+    agent_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    cli: Mapped[str] = mapped_column(Text)
+    pid: Mapped[int | None] = mapped_column(Integer)
+    capabilities: Mapped[Any] = mapped_column(
+        "capabilities_json", JSONText("[]"), server_default=text("'[]'"))
+    topics: Mapped[Any] = mapped_column("topics_json", JSONText("[]"), server_default=text("'[]'"))
+    last_seen_ms: Mapped[int] = mapped_column(Millis)
+    lease_expires_ms: Mapped[int] = mapped_column(Millis)
+    status: Mapped[str] = mapped_column(Text)
+    meta: Mapped[Any] = mapped_column("metadata_json", JSONText("{}"), server_default=text("'{}'"))
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        d["metadata"] = d.pop("meta")
+        return d
+
+
+class Message(Base):
+    __tablename__ = "messages"
+    __table_args__ = (
+        CheckConstraint(_in("type", MESSAGE_TYPES), name="type"),
+        CheckConstraint("priority BETWEEN 1 AND 9", name="priority"),
+        CheckConstraint(_in("status", MESSAGE_STATUSES), name="status"),
+        Index("idx_messages_status", "status"),
+        Index("idx_messages_to_agent", "to_agent", "status"),
+        Index("idx_messages_correlation", "correlation_id"),
+        Index("idx_messages_trace", "trace_id"),
+        Index("idx_messages_expires", "expires_at_ms"),
+    )
+
+    id: Mapped[str] = mapped_column(Text, primary_key=True)
+    type: Mapped[str] = mapped_column(Text)
+    from_agent: Mapped[str] = mapped_column(Text)
+    to_agent: Mapped[str] = mapped_column(Text)
+    topic: Mapped[str] = mapped_column(Text)
+    priority: Mapped[int] = mapped_column(Integer)
+    ttl_ms: Mapped[int] = mapped_column(Millis)
+    created_at_ms: Mapped[int] = mapped_column(Millis)
+    expires_at_ms: Mapped[int] = mapped_column(Millis)
+    correlation_id: Mapped[str] = mapped_column(Text)
+    trace_id: Mapped[str] = mapped_column(Text)
+    payload: Mapped[Any] = mapped_column("payload_json", JSONText("{}"), server_default=text("'{}'"))
+    status: Mapped[str] = mapped_column(Text)
+
+
+# A descending index must be written with .desc() on the column, or Alembic's
+# comparison sees it as dropped and re-added.
+Index("idx_messages_priority", Message.priority.desc(), Message.created_at_ms.asc())
+
+
+class MessageInbox(Base):
+    __tablename__ = "message_inbox"
+    __table_args__ = (
+        UniqueConstraint("message_id", "agent_id"),
+        Index("idx_inbox_agent", "agent_id", "delivered_at_ms"),
+        Index("idx_inbox_message", "message_id"),
+        {"sqlite_autoincrement": True},
+    )
+
+    # INTEGER PRIMARY KEY AUTOINCREMENT (a rowid alias) on SQLite, BIGSERIAL elsewhere.
+    delivery_id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    message_id: Mapped[str] = mapped_column(
+        Text, ForeignKey("messages.id", ondelete="CASCADE"))
+    agent_id: Mapped[str] = mapped_column(Text)
+    delivered_at_ms: Mapped[int | None] = mapped_column(Millis)
+    acked_at_ms: Mapped[int | None] = mapped_column(Millis)
+    attempts: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+
+
+class HumanRequest(Base):
+    __tablename__ = "human_requests"
+    __table_args__ = (
+        CheckConstraint(_in("kind", HUMAN_KINDS), name="kind"),
+        CheckConstraint(_in("state", HUMAN_STATES), name="state"),
+        CheckConstraint(_in("default_action", HUMAN_DEFAULT_ACTIONS), name="default_action"),
+        Index("idx_human_requests_state", "state"),
+    )
+
+    request_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    requester_agent: Mapped[str] = mapped_column(Text)
+    kind: Mapped[str] = mapped_column(Text)
+    prompt: Mapped[str] = mapped_column(Text)
+    schema: Mapped[Any] = mapped_column("schema_json", JSONText("{}"), server_default=text("'{}'"))
+    state: Mapped[str] = mapped_column(Text)
+    deadline_ms: Mapped[int] = mapped_column(Millis)
+    default_action: Mapped[str] = mapped_column(Text)
+    correlation_id: Mapped[str] = mapped_column(Text)
+    trace_id: Mapped[str] = mapped_column(Text)
+    response: Mapped[Any] = mapped_column("response_json", JSONText(), nullable=True)
+
+
+class DeadLetter(Base):
+    __tablename__ = "dead_letters"
+
+    message_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    reason: Mapped[str] = mapped_column(Text)
+    failed_at_ms: Mapped[int] = mapped_column(Millis)
+    last_error: Mapped[str | None] = mapped_column(Text)
+
+
+class AssignJob(Base):
+    __tablename__ = "assign_jobs"
+    __table_args__ = (
+        CheckConstraint(_in("status", ASSIGN_STATUSES), name="status"),
+        CheckConstraint("priority BETWEEN 1 AND 9", name="priority"),
+    )
+
+    job_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    supervisor_agent: Mapped[str] = mapped_column(Text)
+    worker_agent: Mapped[str] = mapped_column(Text)
+    topic: Mapped[str] = mapped_column(Text, server_default=text("'assign.job'"))
+    task: Mapped[str] = mapped_column(Text, server_default=text("''"))
+    payload: Mapped[Any] = mapped_column("payload_json", JSONText("{}"), server_default=text("'{}'"))
+    status: Mapped[str] = mapped_column(Text)
+    attempt: Mapped[int] = mapped_column(Integer, server_default=text("1"))
+    retry_count: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    max_retries: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    priority: Mapped[int] = mapped_column(Integer, server_default=text("5"))
+    ttl_ms: Mapped[int] = mapped_column(Millis, server_default=text("600000"))
+    timeout_ms: Mapped[int] = mapped_column(Millis, server_default=text("600000"))
+    deadline_ms: Mapped[int | None] = mapped_column(Millis)
+    trace_id: Mapped[str] = mapped_column(Text)
+    correlation_id: Mapped[str] = mapped_column(Text)
+    last_message_id: Mapped[str | None] = mapped_column(Text)
+    result: Mapped[Any] = mapped_column("result_json", JSONText(), nullable=True)
+    error: Mapped[Any] = mapped_column("error_json", JSONText(), nullable=True)
+    created_at_ms: Mapped[int] = mapped_column(Millis)
+    updated_at_ms: Mapped[int] = mapped_column(Millis)
+    started_at_ms: Mapped[int | None] = mapped_column(Millis)
+    completed_at_ms: Mapped[int | None] = mapped_column(Millis)
+    last_retry_at_ms: Mapped[int | None] = mapped_column(Millis)
+
+
+Index("idx_assign_jobs_status", AssignJob.status, AssignJob.updated_at_ms.desc())
+Index("idx_assign_jobs_supervisor", AssignJob.supervisor_agent, AssignJob.updated_at_ms.desc())
+Index("idx_assign_jobs_worker", AssignJob.worker_agent, AssignJob.updated_at_ms.desc())
+Index("idx_assign_jobs_deadline", AssignJob.deadline_ms, AssignJob.status)
+
+
+class PipelineState(Base):
+    __tablename__ = "pipeline_state"
+
+    team_name: Mapped[str] = mapped_column(Text, primary_key=True)
+    phase: Mapped[str] = mapped_column(Text, server_default=text("'plan'"))
+    fix_attempt: Mapped[int | None] = mapped_column(Integer, server_default=text("0"))
+    fix_max: Mapped[int | None] = mapped_column(Integer, server_default=text("3"))
+    ralph_iteration: Mapped[int | None] = mapped_column(Integer, server_default=text("0"))
+    ralph_max: Mapped[int | None] = mapped_column(Integer, server_default=text("10"))
+    artifacts: Mapped[Any] = mapped_column(JSONText("{}"), server_default=text("'{}'"),
+                                           nullable=True)
+    phase_history: Mapped[Any] = mapped_column(JSONText("[]"), server_default=text("'[]'"),
+                                               nullable=True)
+    created_at: Mapped[int | None] = mapped_column(Millis)
+    updated_at: Mapped[int | None] = mapped_column(Millis)
+
+
+class ReflexionEntry(Base):
+    __tablename__ = "reflexion_entries"
+    __table_args__ = (Index("idx_reflexion_pattern", "error_pattern"),)
+
+    id: Mapped[str] = mapped_column(Text, primary_key=True)
+    type: Mapped[str] = mapped_column(Text, server_default=text("'reflexion'"))
+    error_pattern: Mapped[str] = mapped_column(Text)
+    error_message: Mapped[str] = mapped_column(Text)
+    context: Mapped[Any] = mapped_column("context_json", JSONText("{}"), server_default=text("'{}'"))
+    solution: Mapped[str] = mapped_column(Text)
+    solution_code: Mapped[str | None] = mapped_column(Text)
+    adaptive_state: Mapped[Any] = mapped_column(
+        "adaptive_state_json", JSONText("{}"), server_default=text("'{}'"))
+    confidence: Mapped[float] = mapped_column(Float, server_default=text("0.5"))
+    hit_count: Mapped[int] = mapped_column(Integer, server_default=text("1"))
+    success_count: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    last_hit_ms: Mapped[int] = mapped_column(Millis)
+    created_at_ms: Mapped[int] = mapped_column(Millis)
+    updated_at_ms: Mapped[int] = mapped_column(Millis)
+
+
+Index("idx_reflexion_confidence", ReflexionEntry.confidence.desc())
+
+
+
+class HubMeta(Base):
+    """The reference's ``_meta`` table: its ``schema_version`` row says '3' or '4'.
+
+    Kept up to date by the migrations so that the reference store can open a hubstore
+    database and find the layout it knows.
+    """
+
+    __tablename__ = "_meta"
+
+    key: Mapped[str] = mapped_column(Text, primary_key=True)
+    value: Mapped[str | None] = mapped_column(Text)
+
+
+# Revision 0003: indexes that make polling, the figures and claiming index-backed.
+# Partial-index predicates are constant SQL; queries repeat them literally.
+_TOPIC_FEED = text("substr(to_agent, 1, 6) = 'topic:'")
+_QUEUED = text("status = 'queued'")
+Index("ix_messages_to_agent_created", Message.to_agent, Message.created_at_ms, Message.id)
+Index("ix_messages_topic_feed", Message.topic, Message.created_at_ms, Message.id,
+      sqlite_where=_TOPIC_FEED, postgresql_where=_TOPIC_FEED)
+Index("ix_messages_queued_expires", Message.expires_at_ms,
+      sqlite_where=_QUEUED, postgresql_where=_QUEUED)
+Index("ix_messages_queued_priority", Message.priority,
+      sqlite_where=_QUEUED, postgresql_where=_QUEUED)
+Index("ix_messages_status_created", Message.status, Message.created_at_ms)
+Index("ix_assign_jobs_claim", AssignJob.worker_agent, AssignJob.priority.desc(),
+      AssignJob.created_at_ms, AssignJob.job_id,
+      sqlite_where=_QUEUED, postgresql_where=_QUEUED)
+
+metadata = Base.metadata
+
+__all__ = [
+    "Agent",
+    "AssignJob",
+    "Base",
+    "DeadLetter",
+    "HubMeta",
+    "HumanRequest",
+    "Message",
+    "MessageInbox",
+    "PipelineState",
+    "ReflexionEntry",
+    "metadata",
+]

@@ -1,0 +1,37 @@
+"""Small frozen results returned by store methods."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hubstore.models import AssignJob, Message, ReflexionEntry
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """An agent's lease; ``lease_id`` is None for a refresh."""
+
+    agent_id: str
+    lease_id: str | None
+    lease_expires_ms: int
+    server_time_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class LookupResult:
+    """What reflexion's lookup found: entries by confidence, the first as best match."""
+
+    found: bool
+    entries: list[ReflexionEntry]
+    best_match: ReflexionEntry | None
+
+
+@dataclass(frozen=True, slots=True)
+class AssignOutcome:
+    """A reported result: the job afterwards and the supervisor event recorded."""
+
+    job: AssignJob
+    event: str
+    message: Message | None = None

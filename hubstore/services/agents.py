@@ -1,0 +1,136 @@
+"""Agents: registration, leases, topics and the stale sweep."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import exists, func, select, type_coerce, update
+from sqlalchemy.dialects.postgresql import JSONB
+
+from hubstore.ids import now_ms, uuidv7
+from hubstore.models import AGENT_CLIS, AGENT_STATUSES, Agent
+from hubstore.results import Lease
+from hubstore.services.base import Operations, natural_order, resolve_now, upsert
+from hubstore.validation import (
+    json_list,
+    json_object,
+    optional_int,
+    require_enum,
+    require_id,
+    require_int,
+    require_text,
+    string_list,
+)
+
+#: A stale agent whose lease passed more than this long ago goes offline.
+OFFLINE_AFTER_MS = 300_000
+
+_agents = Agent.__table__
+
+
+class AgentOps(Operations):
+    """Agents, their leases and topics."""
+
+    def register_agent(self, agent_id: str, cli: str, pid: int | None = None,
+                       capabilities: Iterable[Any] = (), topics: Iterable[str] = (),
+                       heartbeat_ttl_ms: int = 30_000,
+                       metadata: dict[str, Any] | None = None) -> Lease:
+        """Insert or update the agent as online with a fresh lease."""
+        require_id(agent_id, "agent_id")
+        require_enum(cli, AGENT_CLIS, "cli")
+        optional_int(pid, "pid")
+        caps = json_list(capabilities, "capabilities")
+        topic_list = string_list(topics, "topics")
+        ttl = require_int(heartbeat_ttl_ms, "heartbeat_ttl_ms", minimum=0)
+        meta = json_object(metadata, "metadata")
+        with self.unit_of_work() as uow:
+            now = now_ms()
+            values = {
+                "agent_id": agent_id, "cli": cli, "pid": pid, "capabilities_json": caps,
+                "topics_json": topic_list, "last_seen_ms": now, "lease_expires_ms": now + ttl,
+                "status": "online", "metadata_json": meta,
+            }
+            stmt = upsert(uow, _agents).values(values)
+            stmt = stmt.on_conflict_do_update(
+                index_elements=[_agents.c.agent_id],
+                set_={k: stmt.excluded[k] for k in values if k != "agent_id"},
+            )
+            uow.session.execute(stmt)
+        return Lease(agent_id, uuidv7(), now + ttl, now)
+
+    def get_agent(self, agent_id: str) -> Agent | None:
+        """The agent, or None."""
+        with self.unit_of_work(write=False) as uow:
+            return uow.session.get(Agent, agent_id)
+
+    def refresh_lease(self, agent_id: str, ttl_ms: int = 30_000) -> Lease:
+        """Heartbeat: last seen now, lease now + ttl, status online."""
+        require_id(agent_id, "agent_id")
+        ttl = require_int(ttl_ms, "ttl_ms", minimum=0)
+        with self.unit_of_work() as uow:
+            now = now_ms()
+            uow.session.execute(
+                update(_agents).where(_agents.c.agent_id == agent_id)
+                .values(last_seen_ms=now, lease_expires_ms=now + ttl, status="online"))
+        return Lease(agent_id, None, now + ttl, now)
+
+    def update_agent_topics(self, agent_id: str, topics: Iterable[str]) -> bool:
+        """Replace the agent's topics; True when the agent exists."""
+        require_id(agent_id, "agent_id")
+        topic_list = string_list(topics, "topics")
+        with self.unit_of_work() as uow:
+            result = uow.session.execute(
+                update(_agents).where(_agents.c.agent_id == agent_id)
+                .values(topics_json=topic_list, last_seen_ms=now_ms()))
+            return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    def list_online_agents(self) -> list[Agent]:
+        """Agents that are not offline (stale ones count)."""
+        with self.unit_of_work(write=False) as uow:
+            stmt = (select(Agent).where(Agent.status != "offline")
+                    .order_by(*natural_order(uow, _agents)))
+            return list(uow.session.scalars(stmt))
+
+    def list_all_agents(self) -> list[Agent]:
+        """Every agent."""
+        with self.unit_of_work(write=False) as uow:
+            return list(uow.session.scalars(
+                select(Agent).order_by(*natural_order(uow, _agents))))
+
+    def get_agents_by_topic(self, topic: str) -> list[Agent]:
+        """Non-offline agents subscribed to ``topic``."""
+        require_text(topic, "topic")
+        with self.unit_of_work(write=False) as uow:
+            if uow.dialect == "postgresql":
+                subscribed = type_coerce(_agents.c.topics_json, JSONB).contains([topic])
+            else:
+                elements = func.json_each(_agents.c.topics_json).table_valued("value")
+                subscribed = exists(select(1).select_from(elements)
+                                    .where(elements.c.value == topic))
+            stmt = (select(Agent).where(subscribed, Agent.status != "offline")
+                    .order_by(*natural_order(uow, _agents)))
+            return list(uow.session.scalars(stmt))
+
+    def sweep_stale_agents(self, now_ms: int | None = None) -> dict[str, int]:
+        """Online agents past their lease become stale; long-stale ones go offline."""
+        now = resolve_now(now_ms)
+        with self.unit_of_work() as uow:
+            stale = uow.session.execute(
+                update(_agents).where(_agents.c.status == "online",
+                                      _agents.c.lease_expires_ms < now)
+                .values(status="stale"))
+            offline = uow.session.execute(
+                update(_agents).where(_agents.c.status == "stale",
+                                      _agents.c.lease_expires_ms < now - OFFLINE_AFTER_MS)
+                .values(status="offline"))
+            return {"stale": stale.rowcount, "offline": offline.rowcount}  # type: ignore[attr-defined]
+
+    def update_agent_status(self, agent_id: str, status: str) -> bool:
+        """Set the agent's status; True when the agent exists."""
+        require_id(agent_id, "agent_id")
+        require_enum(status, AGENT_STATUSES, "status")
+        with self.unit_of_work() as uow:
+            result = uow.session.execute(
+                update(_agents).where(_agents.c.agent_id == agent_id).values(status=status))
+            return bool(result.rowcount)  # type: ignore[attr-defined]

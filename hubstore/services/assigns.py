@@ -1,0 +1,190 @@
+"""Assign jobs at store level: create, read, list, move and retry.
+
+Every move locks the row (SELECT ... FOR UPDATE on PostgreSQL; SQLite's writing units
+of work hold the database write lock from BEGIN IMMEDIATE), checks the transition table,
+and writes with a compare-and-set UPDATE guarded by the status and attempt it read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import insert, select, update
+
+from hubstore import assign_rules as rules
+from hubstore.errors import HubStoreError
+from hubstore.ids import now_ms, uuidv7
+from hubstore.models import ASSIGN_STATUSES, AssignJob
+from hubstore.services.base import Operations
+from hubstore.validation import (
+    as_number,
+    clamp,
+    json_value,
+    optional_id,
+    optional_int,
+    require_enum,
+    require_id,
+)
+
+if TYPE_CHECKING:
+    from hubstore.uow import UnitOfWork
+
+_jobs = AssignJob.__table__
+_COLUMNS = [attr.key for attr in AssignJob.__mapper__.column_attrs]
+
+
+class ConcurrentUpdate(HubStoreError):
+    """A guarded update found the row changed under it (a bug: rows are locked first)."""
+
+    code = "ASSIGN_CONCURRENT_UPDATE"
+
+
+def snapshot(job: AssignJob) -> dict[str, Any]:
+    """The job's attributes as a plain mapping."""
+    return {key: getattr(job, key) for key in _COLUMNS}
+
+
+def lock_job(uow: UnitOfWork, job_id: str) -> AssignJob | None:
+    """The job, freshly read and locked for this transaction."""
+    return uow.session.get(AssignJob, job_id, with_for_update=True, populate_existing=True)
+
+
+def check_patch_values(patch: dict[str, Any]) -> None:
+    """Validate a patch before anything is written."""
+    rules.check_patch(patch)
+    for name in ("supervisor_agent", "worker_agent", "trace_id", "correlation_id"):
+        if patch.get(name) is not None:
+            require_id(patch[name], name)
+    for name in ("deadline_ms", "started_at_ms", "completed_at_ms", "last_retry_at_ms"):
+        optional_int(patch.get(name), name)
+    for name in ("payload", "result", "error"):
+        json_value(patch.get(name), name)
+
+
+def move(uow: UnitOfWork, job: AssignJob, target: str, patch: dict[str, Any], *,
+         via_retry: bool = False) -> AssignJob:
+    """Move a locked job to ``target``; listeners hear of a status change after commit."""
+    if rules.check_transition(job.status, target, via_retry=via_retry) is rules.Move.NOOP:
+        return job
+    before = snapshot(job)
+    values = rules.next_values(before, target, patch, now_ms())
+    updated = uow.session.scalars(
+        update(AssignJob)
+        .where(AssignJob.job_id == job.job_id, AssignJob.status == before["status"],
+               AssignJob.attempt == before["attempt"])
+        .values(values).returning(AssignJob),
+        execution_options={"populate_existing": True}).one_or_none()
+    if updated is None:
+        raise ConcurrentUpdate(f"assign job {job.job_id} changed while it was being moved")
+    if before["status"] != target:
+        uow.emit_assign_event(rules.status_event(snapshot(updated)), updated)
+    return updated
+
+
+def retry(uow: UnitOfWork, job: AssignJob, patch: dict[str, Any]) -> AssignJob:
+    """Re-queue a locked failed or timed-out job for its next attempt."""
+    rules.check_transition(job.status, "queued", via_retry=True)
+    return move(uow, job, "queued", rules.retry_patch(snapshot(job), patch, now_ms()),
+                via_retry=True)
+
+
+class AssignOps(Operations):
+    """Assign jobs, store level."""
+
+    def create_assign(self, supervisor_agent: str, worker_agent: str,
+                      topic: str = "assign.job", task: str = "", payload: Any = None,
+                      status: str = "queued", attempt: int = 1, retry_count: int = 0,
+                      max_retries: int = 0, priority: object = 5, ttl_ms: object = 600_000,
+                      timeout_ms: object = 600_000, deadline_ms: int | None = None,
+                      trace_id: str | None = None, correlation_id: str | None = None,
+                      last_message_id: str | None = None, result: Any = None,
+                      error: Any = None, job_id: str | None = None) -> AssignJob:
+        """A new job. Priority, timeout and ttl are clamped, as in the reference."""
+        require_id(supervisor_agent, "supervisor_agent")
+        require_id(worker_agent, "worker_agent")
+        require_enum(status, ASSIGN_STATUSES, "status")
+        body = json_value(payload, "payload", default={})
+        json_value(result, "result")
+        json_value(error, "error")
+        optional_id(job_id, "job_id")
+        optional_id(trace_id, "trace_id")
+        optional_id(correlation_id, "correlation_id")
+        optional_id(last_message_id, "last_message_id")
+        deadline = as_number(deadline_ms)
+        timeout = rules.clamp_timeout(timeout_ms)
+        retries = max(0, int(as_number(retry_count) or 0))
+        with self.unit_of_work() as uow:
+            now = now_ms()
+            row: dict[str, Any] = {
+                "job_id": job_id or uuidv7(),
+                "supervisor_agent": supervisor_agent, "worker_agent": worker_agent,
+                "topic": str(topic or "assign.job"), "task": str(task or ""),
+                "payload": body or {}, "status": status,
+                "attempt": max(1, int(as_number(attempt) or 1)),
+                "retry_count": retries,
+                "max_retries": max(0, int(as_number(max_retries) or 0)),
+                "priority": clamp(priority, 5, 1, 9),
+                "ttl_ms": rules.clamp_timeout(ttl_ms, timeout), "timeout_ms": timeout,
+                "deadline_ms": int(deadline) if deadline is not None else now + timeout,
+                "trace_id": trace_id or uuidv7(), "correlation_id": correlation_id or uuidv7(),
+                "last_message_id": last_message_id, "result": result, "error": error,
+                "created_at_ms": now, "updated_at_ms": now,
+                "started_at_ms": now if status == "running" else None,
+                "completed_at_ms": now if status in rules.TERMINAL else None,
+                "last_retry_at_ms": now if retries > 0 else None,
+            }
+            job = uow.session.scalars(
+                insert(AssignJob).values(row).returning(AssignJob)).one()
+            uow.emit_assign_event(rules.status_event(row), job)
+            return job
+
+    def get_assign(self, job_id: str) -> AssignJob | None:
+        """The job, or None."""
+        with self.unit_of_work(write=False) as uow:
+            return uow.session.get(AssignJob, job_id, populate_existing=True)
+
+    def update_assign_status(self, job_id: str, status: str, **patch: Any) -> AssignJob | None:
+        """Move the job to ``status`` (the transition table applies), changing the
+        named fields; a field named with None clears it. None when there is no job."""
+        require_id(job_id, "job_id")
+        require_enum(status, ASSIGN_STATUSES, "status")
+        check_patch_values(patch)
+        with self.unit_of_work() as uow:
+            job = lock_job(uow, job_id)
+            return None if job is None else move(uow, job, status, patch)
+
+    def list_assigns(self, supervisor_agent: str | None = None,
+                     worker_agent: str | None = None, status: str | None = None,
+                     statuses: Sequence[str] | None = None, trace_id: str | None = None,
+                     correlation_id: str | None = None, active_before_ms: object = None,
+                     limit: object = 50) -> list[AssignJob]:
+        """Jobs matching every given filter, most recently updated first (1..100)."""
+        wanted = list(statuses) if statuses else ([status] if status else [])
+        for item in wanted:
+            require_enum(item, ASSIGN_STATUSES, "status")
+        stmt = select(AssignJob)
+        for column, value in ((AssignJob.supervisor_agent, supervisor_agent),
+                              (AssignJob.worker_agent, worker_agent),
+                              (AssignJob.trace_id, trace_id),
+                              (AssignJob.correlation_id, correlation_id)):
+            if value:
+                stmt = stmt.where(column == value)
+        if wanted:
+            stmt = stmt.where(AssignJob.status.in_(wanted))
+        before = as_number(active_before_ms) if active_before_ms is not None else None
+        if before is not None:
+            stmt = stmt.where(AssignJob.deadline_ms.is_not(None),
+                              AssignJob.deadline_ms <= int(before))
+        stmt = stmt.order_by(AssignJob.updated_at_ms.desc(), AssignJob.job_id.desc())
+        stmt = stmt.limit(clamp(limit, 50, 1, 100))
+        with self.unit_of_work(write=False) as uow:
+            return list(uow.session.scalars(stmt))
+
+    def retry_assign(self, job_id: str, **patch: Any) -> AssignJob | None:
+        """Re-queue a failed or timed-out job for its next attempt (no retry budget check)."""
+        require_id(job_id, "job_id")
+        check_patch_values(patch)
+        with self.unit_of_work() as uow:
+            job = lock_job(uow, job_id)
+            return None if job is None else retry(uow, job, patch)

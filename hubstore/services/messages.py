@@ -1,0 +1,162 @@
+"""Messages: the audit log that agents poll."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from sqlalchemy import Select, insert, select, text, union_all, update
+
+from hubstore.ids import now_ms, uuidv7
+from hubstore.models import MESSAGE_STATUSES, MESSAGE_TYPES, Agent, Message
+from hubstore.services.base import Operations
+from hubstore.validation import (
+    as_number,
+    json_value,
+    optional_id,
+    require_enum,
+    require_id,
+    require_int,
+    require_text,
+    string_list,
+)
+
+MAX_POLL = 100
+DEFAULT_POLL = 20
+
+_messages = Message.__table__
+_newest_first = (Message.created_at_ms.desc(), Message.id.desc())
+# Literal, so that the partial index ix_messages_topic_feed can serve it.
+_TO_A_TOPIC = text("substr(messages.to_agent, 1, 6) = 'topic:'")
+
+
+def clamp_poll_limit(value: object) -> int:
+    """max_messages clamped to 1..100; a non-number means 20."""
+    number = as_number(value)
+    if number is None:
+        return DEFAULT_POLL
+    return max(1, min(int(number), MAX_POLL))
+
+
+class MessageOps(Operations):
+    """The message audit log."""
+
+    def audit_log(self, type: str, from_agent: str, to_agent: str, topic: str,
+                  priority: int = 5, ttl_ms: int = 300_000, payload: Any = None,
+                  trace_id: str | None = None, correlation_id: str | None = None,
+                  status: str = "queued") -> Message:
+        """Record a message; ids default to fresh UUIDv7s and the payload to {}."""
+        require_enum(type, MESSAGE_TYPES, "type")
+        require_id(from_agent, "from_agent")
+        require_id(to_agent, "to_agent")
+        require_text(topic, "topic")
+        require_int(priority, "priority", minimum=1, maximum=9)
+        require_int(ttl_ms, "ttl_ms", minimum=0)
+        body = json_value(payload, "payload", default={})
+        optional_id(trace_id, "trace_id")
+        optional_id(correlation_id, "correlation_id")
+        require_enum(status, MESSAGE_STATUSES, "status")
+        with self.unit_of_work() as uow:
+            now = now_ms()
+            row = {
+                "id": uuidv7(), "type": type, "from_agent": from_agent, "to_agent": to_agent,
+                "topic": topic, "priority": priority, "ttl_ms": ttl_ms, "created_at_ms": now,
+                "expires_at_ms": now + ttl_ms, "correlation_id": correlation_id or uuidv7(),
+                "trace_id": trace_id or uuidv7(), "payload_json": body, "status": status,
+            }
+            # One INSERT, no ORM flush; the returned object is a plain (transient) row.
+            uow.session.execute(insert(_messages).values(row))
+            row["payload"] = row.pop("payload_json")
+            return Message(**row)
+
+    def enqueue_message(self, type: str, from_agent: str, to_agent: str, topic: str,
+                        priority: int = 5, ttl_ms: int = 300_000, payload: Any = None,
+                        trace_id: str | None = None, correlation_id: str | None = None,
+                        status: str = "queued") -> Message:
+        """The same as audit_log (kept for compatibility)."""
+        return self.audit_log(type, from_agent, to_agent, topic, priority, ttl_ms, payload,
+                              trace_id, correlation_id, status)
+
+    def get_message(self, id: str) -> Message | None:
+        """The message, or None."""
+        with self.unit_of_work(write=False) as uow:
+            return uow.session.get(Message, id)
+
+    def get_response_by_correlation(self, correlation_id: str) -> Message | None:
+        """The newest response with that correlation id."""
+        with self.unit_of_work(write=False) as uow:
+            return uow.session.scalars(
+                select(Message).where(Message.correlation_id == correlation_id,
+                                      Message.type == "response")
+                .order_by(*_newest_first).limit(1)).first()
+
+    def get_messages_by_trace(self, trace_id: str) -> list[Message]:
+        """Every message of a trace, oldest first."""
+        with self.unit_of_work(write=False) as uow:
+            return list(uow.session.scalars(
+                select(Message).where(Message.trace_id == trace_id)
+                .order_by(Message.created_at_ms, Message.id)))
+
+    def update_message_status(self, id: str, status: str) -> bool:
+        """Set a message's status; True when it exists."""
+        require_id(id, "id")
+        require_enum(status, MESSAGE_STATUSES, "status")
+        with self.unit_of_work() as uow:
+            result = uow.session.execute(
+                update(_messages).where(_messages.c.id == id).values(status=status))
+            return bool(result.rowcount)  # type: ignore[attr-defined]
+
+    def poll_for_agent(self, agent_id: str, max_messages: object = DEFAULT_POLL,
+                       include_topics: Iterable[str] | None = None) -> list[Message]:
+        """The newest messages for an agent: sent to it, or to a topic it follows.
+
+        The topics are ``include_topics`` when it is a non-empty list, else the agent's
+        own. One index range scan per branch (the agent, then each topic), each cut at
+        the limit, merged newest first: no scan of the whole table, whatever its size.
+        """
+        require_id(agent_id, "agent_id")
+        limit = clamp_poll_limit(max_messages)
+        wanted = string_list(include_topics, "include_topics") if include_topics else []
+        with self.unit_of_work(write=False) as uow:
+            if not wanted:
+                agent_topics = uow.session.scalar(
+                    select(Agent.topics).where(Agent.agent_id == agent_id))
+                wanted = [t for t in agent_topics or [] if isinstance(t, str)]
+            branches: list[Select[Any]] = [
+                select(_messages).where(_messages.c.to_agent == agent_id)
+                .order_by(*_newest_first).limit(limit)
+            ]
+            for topic in dict.fromkeys(wanted):
+                branches.append(
+                    select(_messages)
+                    .where(_TO_A_TOPIC, _messages.c.topic == topic,
+                           _messages.c.to_agent != agent_id)
+                    .order_by(*_newest_first).limit(limit))
+            if len(branches) == 1:
+                stmt: Any = select(Message).from_statement(branches[0])
+            else:
+                merged = union_all(*(b.subquery().select() for b in branches)).subquery()
+                stmt = select(Message).from_statement(
+                    select(merged).order_by(merged.c.created_at_ms.desc(), merged.c.id.desc())
+                    .limit(limit))
+            return list(uow.session.scalars(stmt))
+
+    def get_audit_messages_for_agent(self, agent_id: str, max_messages: object = DEFAULT_POLL,
+                                     include_topics: Iterable[str] | None = None
+                                     ) -> list[Message]:
+        """The same as poll_for_agent."""
+        return self.poll_for_agent(agent_id, max_messages, include_topics)
+
+    def deliver_to_agent(self, message_id: str, agent_id: str) -> bool:
+        """True when the message exists and an agent id was given (nothing is written)."""
+        with self.unit_of_work(write=False) as uow:
+            return bool(agent_id) and uow.get_message(message_id) is not None
+
+    def deliver_to_topic(self, message_id: str, topic: str) -> int:
+        """How many non-offline agents follow the topic (nothing is written)."""
+        with self.unit_of_work(write=False) as uow:
+            return len(uow.get_agents_by_topic(topic))
+
+    def ack_messages(self, *args: Any, **kwargs: Any) -> int:
+        """Kept for compatibility with the reference: acknowledges nothing, returns 0."""
+        return 0

@@ -1,0 +1,89 @@
+"""The unit of work: one Session, one transaction, events after commit."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.orm import Session
+
+from hubstore.engine import BEGIN_MODE
+from hubstore.services.agents import AgentOps
+from hubstore.services.assign_hub import AssignHubOps
+from hubstore.services.assigns import AssignOps
+from hubstore.services.dead_letters import DeadLetterOps
+from hubstore.services.human_requests import HumanRequestOps
+from hubstore.services.messages import MessageOps
+from hubstore.services.pipelines import PipelineOps
+from hubstore.services.reflexion import ReflexionOps
+from hubstore.services.stats import StatsOps
+
+if TYPE_CHECKING:
+    from hubstore.models import AssignJob
+    from hubstore.store import HubStore
+
+log = logging.getLogger(__name__)
+
+
+class UnitOfWork(
+    AgentOps, MessageOps, HumanRequestOps, DeadLetterOps, AssignOps, AssignHubOps,
+    ReflexionOps, PipelineOps, StatsOps,
+):
+    """One Session and one transaction.
+
+    Leaving the block normally commits; an exception rolls back and propagates. Assign
+    status events collected during the work reach the store's listeners only after the
+    commit. ``write=True`` (the default) starts SQLite transactions with BEGIN IMMEDIATE.
+    """
+
+    session: Session
+
+    def __init__(self, store: HubStore, *, write: bool = True) -> None:
+        self.store = store
+        self.dialect: str = store.engine.dialect.name
+        self._write = write
+        self._events: list[tuple[dict[str, Any], AssignJob]] = []
+        self._entered = False
+
+    def __enter__(self) -> UnitOfWork:
+        if self._entered:
+            raise RuntimeError("a unit of work can be entered only once")
+        self._entered = True
+        self.session = Session(self.store.engine, expire_on_commit=False, autoflush=False)
+        if self.dialect == "sqlite":
+            mode = "IMMEDIATE" if self._write else "DEFERRED"
+            self.session.connection(execution_options={BEGIN_MODE: mode})
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        try:
+            if exc_type is None:
+                self.session.commit()
+            else:
+                self.session.rollback()
+        finally:
+            self.session.close()
+        if exc_type is None:
+            self._publish()
+
+    @contextmanager
+    def unit_of_work(self, write: bool = True) -> Iterator[UnitOfWork]:
+        """Join this unit of work (so that store methods compose inside one transaction)."""
+        yield self
+
+    def emit_assign_event(self, event: dict[str, Any], job: AssignJob) -> None:
+        """Queue an assign status event for after the commit."""
+        self._events.append((event, job))
+
+    def _publish(self) -> None:
+        events, self._events = self._events, []
+        for event, job in events:
+            for listener in list(self.store.assign_listeners):
+                try:
+                    listener(event, job)
+                except Exception:
+                    log.exception("assign status listener %r failed", listener)
