@@ -39,8 +39,8 @@ def counts(uow: UnitOfWork) -> dict[str, int]:
 def plain_counts(uow: UnitOfWork) -> dict[str, int]:
     """The same counters by counting rows (the reference's way, also the check)."""
     queued = _messages.c.status == const("queued")
-    by_status = dict(uow.session.execute(
-        select(AssignJob.status, func.count()).group_by(AssignJob.status)).tuples().all())
+    by_status = {str(status): int(n) for status, n in uow.session.execute(
+        select(AssignJob.status, func.count()).group_by(AssignJob.status))}
     result = {
         "messages": uow.session.scalar(select(func.count()).select_from(_messages)),
         "messages_queued_urgent": uow.session.scalar(
