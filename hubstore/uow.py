@@ -64,6 +64,8 @@ class UnitOfWork(
             if exc_type is None:
                 self.session.commit()
             else:
+                # Detach first, so that rows handed out stay readable (not expired).
+                self.session.expunge_all()
                 self.session.rollback()
         finally:
             self.session.close()

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sqlalchemy import select, update
+from sqlalchemy import delete, insert, select, update
 
 from hubstore.ids import now_ms
 from hubstore.models import DeadLetter, Message
-from hubstore.services.base import Operations, upsert
+from hubstore.services.base import Operations
 from hubstore.validation import require_id, require_int, require_text
 
 if TYPE_CHECKING:
@@ -16,21 +16,22 @@ if TYPE_CHECKING:
 
 _letters = DeadLetter.__table__
 _messages = Message.__table__
+_CHUNK = 500
 
 
 def record_dead_letters(uow: UnitOfWork, message_ids: list[str], reason: str,
                         last_error: str | None, failed_at_ms: int) -> None:
-    """Insert or replace dead-letter rows (one statement for many ids)."""
-    if not message_ids:
-        return
-    stmt = upsert(uow, _letters)
-    stmt = stmt.on_conflict_do_update(
-        index_elements=[_letters.c.message_id],
-        set_={"reason": stmt.excluded.reason, "failed_at_ms": stmt.excluded.failed_at_ms,
-              "last_error": stmt.excluded.last_error})
-    uow.session.execute(stmt, [
-        {"message_id": mid, "reason": reason, "failed_at_ms": failed_at_ms,
-         "last_error": last_error} for mid in message_ids])
+    """Insert or replace dead-letter rows.
+
+    Replace is a delete and an insert, as the reference's INSERT OR REPLACE, so that the
+    row triggers keeping the SQLite figures see both halves.
+    """
+    for start in range(0, len(message_ids), _CHUNK):
+        chunk = message_ids[start:start + _CHUNK]
+        uow.session.execute(delete(_letters).where(_letters.c.message_id.in_(chunk)))
+        uow.session.execute(insert(_letters), [
+            {"message_id": mid, "reason": reason, "failed_at_ms": failed_at_ms,
+             "last_error": last_error} for mid in chunk])
 
 
 class DeadLetterOps(Operations):

@@ -1,0 +1,78 @@
+"""Engines and opening a store: SQLite settings, file mode, URL resolution."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+from sqlalchemy import text
+
+from hubstore import HubStore, SchemaNotCurrent, ValidationError
+from hubstore.engine import ENV_URL, default_url, resolve_url
+
+
+def test_sqlite_settings_and_file_mode(tmp_path):
+    path = tmp_path / "deep" / "er" / "hub.db"
+    with HubStore.open(f"sqlite:///{path}", auto_migrate=True) as store, \
+            store.unit_of_work(write=False) as uow:
+        pragma = {name: uow.session.execute(text(f"PRAGMA {name}")).scalar()
+                  for name in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout")}
+    assert pragma == {"journal_mode": "wal", "synchronous": 1, "foreign_keys": 1,
+                      "busy_timeout": 5000}
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+
+
+def test_writing_units_of_work_begin_immediate(tmp_path):
+    url = f"sqlite:///{tmp_path / 'hub.db'}"
+    with HubStore.open(url, auto_migrate=True) as store:
+        statements = []
+        from sqlalchemy import event
+
+        event.listen(store.engine, "before_cursor_execute",
+                     lambda *args: statements.append(args[2]))
+        store.register_agent("a", "codex")
+        store.get_agent("a")
+    begins = [s for s in statements if s.startswith("BEGIN")]
+    assert begins == ["BEGIN IMMEDIATE", "BEGIN DEFERRED"]
+
+
+def test_a_held_write_lock_makes_a_writer_wait_not_fail(tmp_path):
+    import threading
+
+    url = f"sqlite:///{tmp_path / 'hub.db'}"
+    with HubStore.open(url, auto_migrate=True) as store:
+        entered, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with store.unit_of_work() as uow:
+                uow.register_agent("holder", "codex")
+                entered.set()
+                release.wait(5)
+
+        thread = threading.Thread(target=hold)
+        thread.start()
+        entered.wait(5)
+        threading.Timer(0.3, release.set).start()
+        store.register_agent("waiter", "codex")  # waits for the lock (busy_timeout)
+        thread.join()
+        assert {a.agent_id for a in store.list_all_agents()} == {"holder", "waiter"}
+
+
+def test_url_resolution(monkeypatch):
+    monkeypatch.delenv(ENV_URL, raising=False)
+    assert str(resolve_url(None)) == default_url()
+    monkeypatch.setenv(ENV_URL, "sqlite:///from-env.db")
+    assert resolve_url(None).database == "from-env.db"
+    assert resolve_url("sqlite:///given.db").database == "given.db"
+    assert resolve_url("postgresql://u@h/db").drivername == "postgresql+psycopg"
+    with pytest.raises(ValidationError, match="supports"):
+        resolve_url("mysql://u@h/db")
+
+
+def test_open_without_migrating_refuses_and_creates_nothing(tmp_path):
+    path = tmp_path / "missing.db"
+    with pytest.raises(SchemaNotCurrent, match="hubstore db upgrade") as info:
+        HubStore.open(f"sqlite:///{path}")
+    assert info.value.code == "SCHEMA_NOT_CURRENT"
+    assert not path.exists() and os.listdir(tmp_path) == []

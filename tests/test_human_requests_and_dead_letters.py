@@ -1,0 +1,92 @@
+"""Human requests and dead letters (both dialects)."""
+
+from __future__ import annotations
+
+import pytest
+
+from hubstore import ValidationError
+from hubstore.ids import now_ms
+from tests.factories import DeadLetterFactory, HumanRequestFactory, MessageFactory
+
+
+def test_insert_human_request_stores_an_absolute_deadline(store):
+    before = now_ms()
+    req = store.insert_human_request("codex-1", "choice", "A or B?",
+                                     requested_schema={"enum": ["A", "B"]}, deadline_ms=60_000,
+                                     default_action="timeout_continue", trace_id="tr")
+    after = now_ms()
+    assert before + 60_000 <= req.deadline_ms <= after + 60_000
+    stored = store.get_human_request(req.request_id)
+    assert stored.to_dict() == {
+        "request_id": req.request_id, "requester_agent": "codex-1", "kind": "choice",
+        "prompt": "A or B?", "schema": {"enum": ["A", "B"]}, "state": "pending",
+        "deadline_ms": req.deadline_ms, "default_action": "timeout_continue",
+        "correlation_id": req.correlation_id, "trace_id": "tr", "response": None,
+    }
+
+
+@pytest.mark.parametrize("response", [{"token": "s3cr3t"}, 0, "", False, [], None, "yes"])
+def test_update_human_request_keeps_the_response_as_given(store, response):
+    req = HumanRequestFactory()
+    assert store.update_human_request(req.request_id, "accepted", response) is True
+    stored = store.get_human_request(req.request_id)
+    assert stored.state == "accepted"
+    assert stored.response == response and type(stored.response) is type(response)
+
+
+def test_update_missing_request_and_bad_state(store):
+    assert store.update_human_request("missing", "accepted") is False
+    req = HumanRequestFactory()
+    with pytest.raises(ValidationError, match="state"):
+        store.update_human_request(req.request_id, "maybe")
+    assert store.get_human_request(req.request_id).state == "pending"
+
+
+def test_pending_and_expiry(store):
+    now = 50_000_000
+    overdue = HumanRequestFactory(deadline_ms=now - 1)
+    due_now = HumanRequestFactory(deadline_ms=now)
+    HumanRequestFactory(state="accepted", deadline_ms=now - 1)
+    assert {r.request_id for r in store.get_pending_human_requests()} == {
+        overdue.request_id, due_now.request_id}
+    assert store.expire_human_requests(now_ms=now) == 1
+    assert store.get_human_request(overdue.request_id).state == "timed_out"
+    assert [r.request_id for r in store.get_pending_human_requests()] == [due_now.request_id]
+
+
+def test_insert_refuses_bad_kind(store):
+    with pytest.raises(ValidationError, match="kind"):
+        store.insert_human_request("a", "poem", "?", deadline_ms=1000)
+    assert store.get_pending_human_requests() == []
+
+
+def test_move_to_dead_letter_marks_and_replaces(store):
+    msg = MessageFactory()
+    assert store.move_to_dead_letter(msg.id, "boom", "trace") is True
+    assert store.get_message(msg.id).status == "dead_letter"
+    assert store.move_to_dead_letter(msg.id, "again") is True
+    letters = store.get_dead_letters()
+    assert [(d.message_id, d.reason, d.last_error) for d in letters] == [(msg.id, "again", None)]
+    assert store.get_queue_depths()["dlq"] == 1
+
+
+def test_dead_letters_newest_first_with_limit(store):
+    ids = [DeadLetterFactory(failed_at_ms=t).message_id for t in (10, 30, 20)]
+    assert [d.message_id for d in store.get_dead_letters()] == [ids[1], ids[2], ids[0]]
+    assert [d.message_id for d in store.get_dead_letters(limit=1)] == [ids[1]]
+    assert store.get_dead_letters(limit=0) == []
+
+
+def test_sweep_expired_dead_letters_queued_messages_and_times_out_requests(store):
+    now = 90_000_000
+    expired = MessageFactory(expires_at_ms=now - 1)
+    MessageFactory(expires_at_ms=now - 1, status="acked")
+    fresh = MessageFactory(expires_at_ms=now + 1)
+    HumanRequestFactory(deadline_ms=now - 5)
+    assert store.sweep_expired(now_ms=now) == {"messages": 1, "human_requests": 1}
+    assert store.get_message(expired.id).status == "dead_letter"
+    assert store.get_message(fresh.id).status == "queued"
+    [letter] = store.get_dead_letters()
+    assert (letter.message_id, letter.reason, letter.failed_at_ms) == (expired.id, "ttl_expired",
+                                                                      now)
+    assert store.sweep_expired(now_ms=now) == {"messages": 0, "human_requests": 0}

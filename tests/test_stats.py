@@ -1,0 +1,91 @@
+"""Figures: what the reference counts, and the counters that replace its table scans."""
+
+from __future__ import annotations
+
+import random
+
+from sqlalchemy import text
+
+from hubstore.services.stats import counts, plain_counts
+from tests.factories import AgentFactory, AssignJobFactory, DeadLetterFactory, MessageFactory
+
+
+def test_hub_and_audit_stats(store):
+    AgentFactory(status="online")
+    AgentFactory(status="stale")
+    for priority, status in ((7, "queued"), (9, "queued"), (6, "queued"), (8, "acked")):
+        MessageFactory(priority=priority, status=status)
+    DeadLetterFactory()
+    for status in ("queued", "running", "running", "failed", "timed_out", "succeeded"):
+        AssignJobFactory(status=status)
+    assert store.get_queue_depths() == {"urgent": 2, "normal": 1, "dlq": 1}
+    assert store.get_hub_stats() == {"online_agents": 1, "total_messages": 4,
+                                     "active_assign_jobs": 3, "urgent": 2, "normal": 1,
+                                     "dlq": 1}
+    assert store.get_audit_stats() == {"online_agents": 1, "total_messages": 4, "dlq": 1,
+                                       "assign_queued": 1, "assign_running": 2,
+                                       "assign_failed": 1, "assign_timed_out": 1}
+
+
+def test_delivery_stats_count_recent_acked_messages(store):
+    now = 10 ** 12
+    MessageFactory(status="acked", created_at_ms=now - 1000)
+    MessageFactory(status="acked", created_at_ms=now - 300_000)
+    MessageFactory(status="queued", created_at_ms=now)
+    assert store.get_delivery_stats(now_ms=now) == {"total_deliveries": 1, "avg_delivery_ms": 0}
+
+
+def test_counters_equal_plain_counts_after_random_writes(store):
+    """The fast path (SQLite trigger counters) returns exactly what counting returns."""
+    rng = random.Random(7)
+    messages, jobs = [], []
+    for step in range(300):
+        op = rng.randrange(8)
+        if op == 0 or not messages:
+            messages.append(store.audit_log("event", "a", "b", "t",
+                                            priority=rng.randint(1, 9),
+                                            status=rng.choice(["queued", "acked"])).id)
+        elif op == 1:
+            store.update_message_status(rng.choice(messages),
+                                        rng.choice(["queued", "delivered", "dead_letter"]))
+        elif op == 2:
+            store.move_to_dead_letter(rng.choice(messages), "r")
+        elif op == 3:
+            jobs.append(store.create_assign("lead", "w", status=rng.choice(
+                ["queued", "running", "failed"])).job_id)
+        elif op == 4 and jobs:
+            job = store.get_assign(rng.choice(jobs))
+            if job.status in ("queued", "running"):
+                store.update_assign_status(job.job_id, rng.choice(["running", "succeeded",
+                                                                   "timed_out"]))
+        elif op == 5:
+            store.sweep_expired(now_ms=10 ** 14)
+        elif op == 6:
+            with store.unit_of_work() as uow:  # writes the reference's way, in SQL
+                uow.session.execute(text(
+                    "UPDATE messages SET priority = :p WHERE id = :id"),
+                    {"p": rng.randint(1, 9), "id": rng.choice(messages)})
+        else:
+            with store.unit_of_work() as uow:
+                uow.session.execute(text("DELETE FROM messages WHERE id = :id"),
+                                    {"id": messages.pop(rng.randrange(len(messages)))})
+        if step % 50 == 0:
+            _assert_counters_match(store)
+    _assert_counters_match(store)
+
+
+def test_counters_survive_the_references_insert_or_replace(store, backend):
+    if backend != "sqlite":
+        return
+    with store.unit_of_work() as uow:
+        for _ in range(3):  # the reference re-dead-letters with INSERT OR REPLACE
+            uow.session.execute(text(
+                "INSERT OR REPLACE INTO dead_letters (message_id, reason, failed_at_ms) "
+                "VALUES ('m1', 'r', 1)"))
+    assert store.get_queue_depths()["dlq"] == 1
+    _assert_counters_match(store)
+
+
+def _assert_counters_match(store):
+    with store.unit_of_work(write=False) as uow:
+        assert counts(uow) | {"online_agents": 0} == plain_counts(uow) | {"online_agents": 0}

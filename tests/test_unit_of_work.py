@@ -1,0 +1,76 @@
+"""The unit of work: one transaction, commit or rollback, events after commit."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy.orm import Session
+
+from hubstore import UnitOfWork, ValidationError
+
+
+def test_one_transaction_commits_on_a_clean_exit(store):
+    with store.unit_of_work() as uow:
+        assert isinstance(uow, UnitOfWork) and isinstance(uow.session, Session)
+        job = uow.create_assign(supervisor_agent="lead", worker_agent="w1", task="t")
+        uow.audit_log(type="event", from_agent="lead", to_agent="w1", topic="x")
+        assert uow.get_assign(job.job_id).task == "t"  # visible inside
+    assert store.get_assign(job.job_id).task == "t"
+    assert job.task == "t"  # usable after the unit of work ended
+    assert store.get_hub_stats()["total_messages"] == 1
+
+
+def test_an_exception_rolls_everything_back_and_propagates(store):
+    with pytest.raises(KeyError), store.unit_of_work() as uow:
+        job = uow.create_assign("lead", "w1")
+        uow.register_agent("a", "codex")
+        raise KeyError("boom")
+    assert store.get_assign(job.job_id) is None
+    assert store.get_agent("a") is None
+
+
+def test_a_failed_operation_inside_leaves_the_database_as_it_was(store):
+    store.register_agent("a", "codex")
+    with pytest.raises(ValidationError), store.unit_of_work() as uow:
+        uow.update_agent_status("a", "offline")
+        uow.audit_log("event", "a", "b", "t", priority=99)
+    assert store.get_agent("a").status == "online"
+
+
+def test_listeners_hear_only_committed_changes(store):
+    heard = []
+    unsubscribe = store.on_assign_status_change(lambda event, job: heard.append(
+        (event["job_id"], event["status"], job.status)))
+    with pytest.raises(RuntimeError), store.unit_of_work() as uow:
+        uow.create_assign("lead", "w")
+        raise RuntimeError
+    assert heard == []
+    with store.unit_of_work() as uow:
+        job = uow.create_assign("lead", "w")
+        uow.update_assign_status(job.job_id, "running")
+        assert heard == []  # nothing before the commit
+    assert heard == [(job.job_id, "queued", "queued"), (job.job_id, "running", "running")]
+    unsubscribe()
+    store.update_assign_status(job.job_id, "succeeded")
+    assert len(heard) == 2
+
+
+def test_event_shape(store):
+    events = []
+    store.on_assign_status_change(lambda event, job: events.append(event))
+    job = store.create_assign("lead", "w")
+    store.update_assign_status(job.job_id, "failed", error={"message": "x"})
+    assert events[-1]["status"] == "failed" and events[-1]["result"] == {"message": "x"}
+    assert events[-1]["timestamp"].endswith("Z") and events[-1]["timestamp"][10] == "T"
+
+
+def test_store_methods_join_the_unit_of_work(store):
+    with store.unit_of_work() as uow, uow.unit_of_work() as inner:
+        assert inner is uow
+
+
+def test_a_unit_of_work_cannot_be_entered_twice(store):
+    uow = store.unit_of_work()
+    with uow:
+        pass
+    with pytest.raises(RuntimeError), uow:
+        pass
