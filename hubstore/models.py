@@ -7,7 +7,7 @@ Python values under shorter names (``Agent.topics`` maps ``topics_json``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import (
     BigInteger,
@@ -17,6 +17,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    Table,
     Text,
     UniqueConstraint,
     text,
@@ -59,16 +60,10 @@ class Base(DeclarativeBase):
 
     def to_dict(self) -> dict[str, Any]:
         """The row as the reference store's getter returns it."""
-        return {
-            attr.key: getattr(self, attr.key)
-            for attr in self.__mapper__.column_attrs
-        } | self._renamed()
-
-    def _renamed(self) -> dict[str, Any]:
-        return {}
+        return {attr.key: getattr(self, attr.key) for attr in self.__mapper__.column_attrs}
 
     def __repr__(self) -> str:
-        pk = ", ".join(str(getattr(self, c.key)) for c in self.__mapper__.primary_key)
+        pk = ", ".join(str(getattr(self, str(c.key))) for c in self.__mapper__.primary_key)
         return f"<{type(self).__name__} {pk}>"
 
 
@@ -86,11 +81,13 @@ class Agent(Base):
     pid: Mapped[int | None] = mapped_column(Integer)
     capabilities: Mapped[Any] = mapped_column(
         "capabilities_json", JSONText("[]"), server_default=text("'[]'"))
-    topics: Mapped[Any] = mapped_column("topics_json", JSONText("[]"), server_default=text("'[]'"))
+    topics: Mapped[Any] = mapped_column(
+        "topics_json", JSONText("[]"), server_default=text("'[]'"))
     last_seen_ms: Mapped[int] = mapped_column(Millis)
     lease_expires_ms: Mapped[int] = mapped_column(Millis)
     status: Mapped[str] = mapped_column(Text)
-    meta: Mapped[Any] = mapped_column("metadata_json", JSONText("{}"), server_default=text("'{}'"))
+    meta: Mapped[Any] = mapped_column(
+        "metadata_json", JSONText("{}"), server_default=text("'{}'"))
 
     def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()
@@ -122,7 +119,8 @@ class Message(Base):
     expires_at_ms: Mapped[int] = mapped_column(Millis)
     correlation_id: Mapped[str] = mapped_column(Text)
     trace_id: Mapped[str] = mapped_column(Text)
-    payload: Mapped[Any] = mapped_column("payload_json", JSONText("{}"), server_default=text("'{}'"))
+    payload: Mapped[Any] = mapped_column(
+        "payload_json", JSONText("{}"), server_default=text("'{}'"))
     status: Mapped[str] = mapped_column(Text)
 
 
@@ -164,7 +162,8 @@ class HumanRequest(Base):
     requester_agent: Mapped[str] = mapped_column(Text)
     kind: Mapped[str] = mapped_column(Text)
     prompt: Mapped[str] = mapped_column(Text)
-    schema: Mapped[Any] = mapped_column("schema_json", JSONText("{}"), server_default=text("'{}'"))
+    schema: Mapped[Any] = mapped_column(
+        "schema_json", JSONText("{}"), server_default=text("'{}'"))
     state: Mapped[str] = mapped_column(Text)
     deadline_ms: Mapped[int] = mapped_column(Millis)
     default_action: Mapped[str] = mapped_column(Text)
@@ -194,7 +193,8 @@ class AssignJob(Base):
     worker_agent: Mapped[str] = mapped_column(Text)
     topic: Mapped[str] = mapped_column(Text, server_default=text("'assign.job'"))
     task: Mapped[str] = mapped_column(Text, server_default=text("''"))
-    payload: Mapped[Any] = mapped_column("payload_json", JSONText("{}"), server_default=text("'{}'"))
+    payload: Mapped[Any] = mapped_column(
+        "payload_json", JSONText("{}"), server_default=text("'{}'"))
     status: Mapped[str] = mapped_column(Text)
     attempt: Mapped[int] = mapped_column(Integer, server_default=text("1"))
     retry_count: Mapped[int] = mapped_column(Integer, server_default=text("0"))
@@ -246,7 +246,8 @@ class ReflexionEntry(Base):
     type: Mapped[str] = mapped_column(Text, server_default=text("'reflexion'"))
     error_pattern: Mapped[str] = mapped_column(Text)
     error_message: Mapped[str] = mapped_column(Text)
-    context: Mapped[Any] = mapped_column("context_json", JSONText("{}"), server_default=text("'{}'"))
+    context: Mapped[Any] = mapped_column(
+        "context_json", JSONText("{}"), server_default=text("'{}'"))
     solution: Mapped[str] = mapped_column(Text)
     solution_code: Mapped[str | None] = mapped_column(Text)
     adaptive_state: Mapped[Any] = mapped_column(
@@ -293,6 +294,11 @@ Index("ix_assign_jobs_claim", AssignJob.worker_agent, AssignJob.priority.desc(),
       sqlite_where=_QUEUED, postgresql_where=_QUEUED)
 
 metadata = Base.metadata
+
+
+def table_of(model: type[Base]) -> Table:
+    """A model's Table, typed as one (``__table__`` is typed as a plain FromClause)."""
+    return cast(Table, model.__table__)
 
 __all__ = [
     "Agent",

@@ -9,7 +9,7 @@ from sqlalchemy import exists, func, select, type_coerce, update
 from sqlalchemy.dialects.postgresql import JSONB
 
 from hubstore.ids import now_ms, uuidv7
-from hubstore.models import AGENT_CLIS, AGENT_STATUSES, Agent
+from hubstore.models import AGENT_CLIS, AGENT_STATUSES, Agent, table_of
 from hubstore.results import Lease
 from hubstore.services.base import Operations, natural_order, resolve_now, upsert
 from hubstore.validation import (
@@ -26,7 +26,7 @@ from hubstore.validation import (
 #: A stale agent whose lease passed more than this long ago goes offline.
 OFFLINE_AFTER_MS = 300_000
 
-_agents = Agent.__table__
+_agents = table_of(Agent)
 
 
 class AgentOps(Operations):

@@ -7,15 +7,15 @@ from typing import TYPE_CHECKING
 from sqlalchemy import delete, insert, select, update
 
 from hubstore.ids import now_ms
-from hubstore.models import DeadLetter, Message
+from hubstore.models import DeadLetter, Message, table_of
 from hubstore.services.base import Operations
 from hubstore.validation import require_id, require_int, require_text
 
 if TYPE_CHECKING:
     from hubstore.uow import UnitOfWork
 
-_letters = DeadLetter.__table__
-_messages = Message.__table__
+_letters = table_of(DeadLetter)
+_messages = table_of(Message)
 _CHUNK = 500
 
 

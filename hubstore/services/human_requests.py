@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import select, update
 
 from hubstore.ids import now_ms, uuidv7
-from hubstore.models import HUMAN_DEFAULT_ACTIONS, HUMAN_KINDS, HUMAN_STATES, HumanRequest
+from hubstore.models import HUMAN_DEFAULT_ACTIONS, HUMAN_KINDS, HUMAN_STATES, HumanRequest, table_of
 from hubstore.services.base import Operations, natural_order, resolve_now
 from hubstore.validation import (
     json_value,
@@ -18,7 +18,7 @@ from hubstore.validation import (
     require_text,
 )
 
-_requests = HumanRequest.__table__
+_requests = table_of(HumanRequest)
 
 
 class HumanRequestOps(Operations):

@@ -8,7 +8,7 @@ from typing import Any
 from sqlalchemy import Select, insert, select, text, union_all, update
 
 from hubstore.ids import now_ms, uuidv7
-from hubstore.models import MESSAGE_STATUSES, MESSAGE_TYPES, Agent, Message
+from hubstore.models import MESSAGE_STATUSES, MESSAGE_TYPES, Agent, Message, table_of
 from hubstore.services.base import Operations
 from hubstore.validation import (
     as_number,
@@ -24,7 +24,7 @@ from hubstore.validation import (
 MAX_POLL = 100
 DEFAULT_POLL = 20
 
-_messages = Message.__table__
+_messages = table_of(Message)
 _newest_first = (Message.created_at_ms.desc(), Message.id.desc())
 # Literal, so that the partial index ix_messages_topic_feed can serve it.
 _TO_A_TOPIC = text("substr(messages.to_agent, 1, 6) = 'topic:'")

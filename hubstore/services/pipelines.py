@@ -7,11 +7,11 @@ from typing import Any
 from sqlalchemy import delete, select
 
 from hubstore.ids import now_ms
-from hubstore.models import PipelineState
+from hubstore.models import PipelineState, table_of
 from hubstore.services.base import Operations, upsert
 from hubstore.validation import json_value, optional_int, require_id, require_text
 
-_pipelines = PipelineState.__table__
+_pipelines = table_of(PipelineState)
 _INT_FIELDS = ("fix_attempt", "fix_max", "ralph_iteration", "ralph_max")
 _FIELDS = ("phase", *_INT_FIELDS, "artifacts", "phase_history")
 

@@ -9,6 +9,7 @@ from sqlalchemy import (
     JSON,
     ColumnElement,
     Text,
+    TextClause,
     and_,
     bindparam,
     cast,
@@ -26,7 +27,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from hubstore.errors import ValidationError
 from hubstore.ids import now_ms, uuidv7
 from hubstore.jsontype import dumps
-from hubstore.models import REFLEXION_TYPES, ReflexionEntry
+from hubstore.models import REFLEXION_TYPES, ReflexionEntry, table_of
 from hubstore.services.base import Operations, const, resolve_now
 from hubstore.validation import (
     json_object,
@@ -45,7 +46,7 @@ NEEDLE_UTF16_UNITS = 100
 _UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _LOWER = _UPPER.lower()
 _ASCII_LOWER = str.maketrans(_UPPER, _LOWER)
-_entries = ReflexionEntry.__table__
+_entries = table_of(ReflexionEntry)
 _by_confidence = (ReflexionEntry.confidence.desc(), ReflexionEntry.id)
 
 
@@ -92,9 +93,10 @@ def _sqlite_key_equals(key: str, value: str | int | float) -> ColumnElement[bool
         # SQLite's JSON paths cannot name a key holding a double quote: look it up
         # through json_each instead, still with the key bound.
         each = func.json_each(column).table_valued("key", "value", "type")
-        match = each.c.value == value if not isinstance(value, bool) else True
-        return exists(select(1).select_from(each).where(
-            each.c.key == key, each.c.type.in_(_json_type(value)), match))
+        conditions = [each.c.key == key, each.c.type.in_(_json_type(value))]
+        if not isinstance(value, bool):
+            conditions.append(each.c.value == value)
+        return exists(select(1).select_from(each).where(*conditions))
     element = type_coerce(column, JSON)[key]  # SQLAlchemy binds the path '$."key"'
     type_ok = func.json_type(column, bindparam(None, f'$."{key}"', Text)).in_(_json_type(value))
     if isinstance(value, bool):
@@ -113,13 +115,13 @@ def context_filters(uow: UnitOfWork, context: dict[str, Any]) -> list[ColumnElem
     return [_sqlite_key_equals(key, value) for key, value in context.items()]
 
 
-def _substring_match(uow: UnitOfWork, needle: str) -> list[ColumnElement[bool]]:
+def _substring_match(uow: UnitOfWork, needle: str) -> list[ColumnElement[bool] | TextClause]:
     """error_pattern contains needle, ignoring case for ASCII letters only (SQLite LIKE)."""
     if uow.dialect == "postgresql":
         folded = func.translate(_entries.c.error_pattern, const(_UPPER), const(_LOWER))
         pattern = "%" + like_escape(needle.translate(_ASCII_LOWER)) + "%"
         return [folded.like(pattern, escape="\\")]
-    conditions: list[ColumnElement[bool]] = [
+    conditions: list[ColumnElement[bool] | TextClause] = [
         _entries.c.error_pattern.like("%" + like_escape(needle) + "%", escape="\\")]
     if uow.store.features.reflexion_fts and len(needle) >= 3:
         # The trigram index narrows the rows; LIKE above keeps the exact semantics.

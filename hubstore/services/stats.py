@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import column, func, select, table, update
 
-from hubstore.models import Agent, AssignJob, DeadLetter, HumanRequest, Message
+from hubstore.models import Agent, AssignJob, DeadLetter, HumanRequest, Message, table_of
 from hubstore.services.base import Operations, const, resolve_now
 from hubstore.services.dead_letters import record_dead_letters
 
@@ -22,8 +22,8 @@ DELIVERY_WINDOW_MS = 300_000
 URGENT_PRIORITY = 7
 
 hub_counters = table("hub_counters", column("name"), column("value"))
-_messages = Message.__table__
-_requests = HumanRequest.__table__
+_messages = table_of(Message)
+_requests = table_of(HumanRequest)
 
 
 def counts(uow: UnitOfWork) -> dict[str, int]:
