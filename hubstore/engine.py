@@ -100,5 +100,7 @@ def _configure_sqlite(engine: Engine, *, wal: bool, foreign_keys: bool,
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
-        mode = conn.get_execution_options().get(BEGIN_MODE, "DEFERRED")
-        conn.exec_driver_sql(f"BEGIN {'IMMEDIATE' if mode == 'IMMEDIATE' else 'DEFERRED'}")
+        # Straight to the driver: this runs once per transaction, on the hot path.
+        immediate = conn.get_execution_options().get(BEGIN_MODE) == "IMMEDIATE"
+        conn.connection.driver_connection.execute(
+            "BEGIN IMMEDIATE" if immediate else "BEGIN DEFERRED")

@@ -8,6 +8,7 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import Connection, RootTransaction
 from sqlalchemy.orm import Session
 
 from hubstore.engine import BEGIN_MODE
@@ -39,36 +40,59 @@ class UnitOfWork(
     commit. ``write=True`` (the default) starts SQLite transactions with BEGIN IMMEDIATE.
     """
 
-    session: Session
+    connection: Connection
 
     def __init__(self, store: HubStore, *, write: bool = True) -> None:
         self.store = store
         self.dialect: str = store.engine.dialect.name
         self._write = write
         self._events: list[tuple[dict[str, Any], AssignJob]] = []
-        self._entered = False
+        self._session: Session | None = None
+        self._transaction: RootTransaction | None = None
 
     def __enter__(self) -> UnitOfWork:
-        if self._entered:
+        if self._transaction is not None or self._events:
             raise RuntimeError("a unit of work can be entered only once")
-        self._entered = True
-        self.session = Session(self.store.engine, expire_on_commit=False, autoflush=False)
+        connection = self.store.engine.connect()
         if self.dialect == "sqlite":
             mode = "IMMEDIATE" if self._write else "DEFERRED"
-            self.session.connection(execution_options={BEGIN_MODE: mode})
+            connection = connection.execution_options(**{BEGIN_MODE: mode})
+        self.connection = connection
+        self._transaction = connection.begin()
         return self
+
+    @property
+    def session(self) -> Session:
+        """The SQLAlchemy Session of this unit of work, on its connection and transaction.
+
+        Made on first use: Core statements on the hot paths run on ``connection`` and
+        need no Session.
+        """
+        if self._session is None:
+            if self._transaction is None:
+                raise RuntimeError("the unit of work has not been entered")
+            self._session = Session(bind=self.connection, expire_on_commit=False,
+                                    autoflush=False, join_transaction_mode="rollback_only")
+        return self._session
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
+        assert self._transaction is not None
+        session, self._session = self._session, None
         try:
             if exc_type is None:
-                self.session.commit()
+                if session is not None:
+                    session.flush()
+                self._transaction.commit()
             else:
-                # Detach first, so that rows handed out stay readable (not expired).
-                self.session.expunge_all()
-                self.session.rollback()
+                if session is not None:
+                    # Detach first, so that rows handed out stay readable (not expired).
+                    session.expunge_all()
+                self._transaction.rollback()
         finally:
-            self.session.close()
+            if session is not None:
+                session.close()
+            self.connection.close()
         if exc_type is None:
             self._publish()
 

@@ -6,7 +6,7 @@ import os
 import stat
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from hubstore import HubStore, SchemaNotCurrent, ValidationError
 from hubstore.engine import ENV_URL, default_url, resolve_url
@@ -26,11 +26,10 @@ def test_sqlite_settings_and_file_mode(tmp_path):
 def test_writing_units_of_work_begin_immediate(tmp_path):
     url = f"sqlite:///{tmp_path / 'hub.db'}"
     with HubStore.open(url, auto_migrate=True) as store:
-        statements = []
-        from sqlalchemy import event
-
-        event.listen(store.engine, "before_cursor_execute",
-                     lambda *args: statements.append(args[2]))
+        statements: list[str] = []
+        store.engine.dispose()  # new connections, traced from their first statement
+        event.listen(store.engine, "connect",
+                     lambda dbapi, record: dbapi.set_trace_callback(statements.append))
         store.register_agent("a", "codex")
         store.get_agent("a")
     begins = [s for s in statements if s.startswith("BEGIN")]

@@ -56,7 +56,7 @@ class AgentOps(Operations):
                 index_elements=[_agents.c.agent_id],
                 set_={k: stmt.excluded[k] for k in values if k != "agent_id"},
             )
-            uow.session.execute(stmt)
+            uow.connection.execute(stmt)
         return Lease(agent_id, uuidv7(), now + ttl, now)
 
     def get_agent(self, agent_id: str) -> Agent | None:
@@ -70,7 +70,7 @@ class AgentOps(Operations):
         ttl = require_int(ttl_ms, "ttl_ms", minimum=0)
         with self.unit_of_work() as uow:
             now = now_ms()
-            uow.session.execute(
+            uow.connection.execute(
                 update(_agents).where(_agents.c.agent_id == agent_id)
                 .values(last_seen_ms=now, lease_expires_ms=now + ttl, status="online"))
         return Lease(agent_id, None, now + ttl, now)
@@ -80,7 +80,7 @@ class AgentOps(Operations):
         require_id(agent_id, "agent_id")
         topic_list = string_list(topics, "topics")
         with self.unit_of_work() as uow:
-            result = uow.session.execute(
+            result = uow.connection.execute(
                 update(_agents).where(_agents.c.agent_id == agent_id)
                 .values(topics_json=topic_list, last_seen_ms=now_ms()))
             return bool(result.rowcount)  # type: ignore[attr-defined]
@@ -116,11 +116,11 @@ class AgentOps(Operations):
         """Online agents past their lease become stale; long-stale ones go offline."""
         now = resolve_now(now_ms)
         with self.unit_of_work() as uow:
-            stale = uow.session.execute(
+            stale = uow.connection.execute(
                 update(_agents).where(_agents.c.status == "online",
                                       _agents.c.lease_expires_ms < now)
                 .values(status="stale"))
-            offline = uow.session.execute(
+            offline = uow.connection.execute(
                 update(_agents).where(_agents.c.status == "stale",
                                       _agents.c.lease_expires_ms < now - OFFLINE_AFTER_MS)
                 .values(status="offline"))
@@ -131,6 +131,6 @@ class AgentOps(Operations):
         require_id(agent_id, "agent_id")
         require_enum(status, AGENT_STATUSES, "status")
         with self.unit_of_work() as uow:
-            result = uow.session.execute(
+            result = uow.connection.execute(
                 update(_agents).where(_agents.c.agent_id == agent_id).values(status=status))
             return bool(result.rowcount)  # type: ignore[attr-defined]

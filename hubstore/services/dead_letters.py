@@ -28,8 +28,8 @@ def record_dead_letters(uow: UnitOfWork, message_ids: list[str], reason: str,
     """
     for start in range(0, len(message_ids), _CHUNK):
         chunk = message_ids[start:start + _CHUNK]
-        uow.session.execute(delete(_letters).where(_letters.c.message_id.in_(chunk)))
-        uow.session.execute(insert(_letters), [
+        uow.connection.execute(delete(_letters).where(_letters.c.message_id.in_(chunk)))
+        uow.connection.execute(insert(_letters), [
             {"message_id": mid, "reason": reason, "failed_at_ms": failed_at_ms,
              "last_error": last_error} for mid in chunk])
 
@@ -45,7 +45,7 @@ class DeadLetterOps(Operations):
         if last_error is not None:
             require_text(last_error, "last_error")
         with self.unit_of_work() as uow:
-            uow.session.execute(update(_messages).where(_messages.c.id == message_id)
+            uow.connection.execute(update(_messages).where(_messages.c.id == message_id)
                                 .values(status="dead_letter"))
             record_dead_letters(uow, [message_id], reason, last_error, now_ms())
         return True

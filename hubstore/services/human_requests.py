@@ -60,7 +60,7 @@ class HumanRequestOps(Operations):
         require_enum(state, HUMAN_STATES, "state")
         json_value(response, "response")
         with self.unit_of_work() as uow:
-            result = uow.session.execute(
+            result = uow.connection.execute(
                 update(_requests).where(_requests.c.request_id == request_id)
                 .values(state=state, response_json=response))
             return bool(result.rowcount)  # type: ignore[attr-defined]
@@ -76,7 +76,7 @@ class HumanRequestOps(Operations):
         """Pending requests past their deadline become timed_out; returns how many."""
         now = resolve_now(now_ms)
         with self.unit_of_work() as uow:
-            result = uow.session.execute(
+            result = uow.connection.execute(
                 update(_requests).where(_requests.c.state == "pending",
                                         _requests.c.deadline_ms < now)
                 .values(state="timed_out"))

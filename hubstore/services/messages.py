@@ -65,7 +65,7 @@ class MessageOps(Operations):
                 "trace_id": trace_id or uuidv7(), "payload_json": body, "status": status,
             }
             # One INSERT, no ORM flush; the returned object is a plain (transient) row.
-            uow.session.execute(insert(_messages).values(row))
+            uow.connection.execute(insert(_messages).values(row))
             row["payload"] = row.pop("payload_json")
             return Message(**row)
 
@@ -102,7 +102,7 @@ class MessageOps(Operations):
         require_id(id, "id")
         require_enum(status, MESSAGE_STATUSES, "status")
         with self.unit_of_work() as uow:
-            result = uow.session.execute(
+            result = uow.connection.execute(
                 update(_messages).where(_messages.c.id == id).values(status=status))
             return bool(result.rowcount)  # type: ignore[attr-defined]
 
@@ -119,7 +119,7 @@ class MessageOps(Operations):
         wanted = string_list(include_topics, "include_topics") if include_topics else []
         with self.unit_of_work(write=False) as uow:
             if not wanted:
-                agent_topics = uow.session.scalar(
+                agent_topics = uow.connection.scalar(
                     select(Agent.topics).where(Agent.agent_id == agent_id))
                 wanted = [t for t in agent_topics or [] if isinstance(t, str)]
             branches: list[Select[Any]] = [

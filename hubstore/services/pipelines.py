@@ -45,7 +45,7 @@ class PipelineOps(Operations):
             stmt = stmt.on_conflict_do_update(
                 index_elements=[_pipelines.c.team_name],
                 set_={k: stmt.excluded[k] for k in (*fields, "updated_at")})
-            uow.session.execute(stmt)
+            uow.connection.execute(stmt)
             state = uow.session.get(PipelineState, team_name, populate_existing=True)
             assert state is not None
             return state
@@ -53,7 +53,7 @@ class PipelineOps(Operations):
     def remove_pipeline_state(self, team_name: str) -> bool:
         """Delete the team's state; True when there was one."""
         with self.unit_of_work() as uow:
-            result = uow.session.execute(
+            result = uow.connection.execute(
                 delete(_pipelines).where(_pipelines.c.team_name == team_name))
             return bool(result.rowcount)  # type: ignore[attr-defined]
 

@@ -165,7 +165,7 @@ class ReflexionOps(Operations):
                 "confidence": 0.5, "hit_count": 1, "success_count": 0, "last_hit_ms": now,
                 "created_at_ms": now, "updated_at_ms": now,
             }
-            uow.session.execute(insert(_entries).values(row))
+            uow.connection.execute(insert(_entries).values(row))
             row["context"] = row.pop("context_json")
             row["adaptive_state"] = row.pop("adaptive_state_json")
             return ReflexionEntry(**row)
@@ -222,7 +222,7 @@ class ReflexionOps(Operations):
             raise ValidationError(f"min_confidence must be a number, got {min_confidence!r}")
         now = resolve_now(now_ms)
         with self.unit_of_work() as uow:
-            result = uow.session.execute(
+            result = uow.connection.execute(
                 delete(_entries).where(_entries.c.updated_at_ms < now - max_age_ms,
                                        _entries.c.confidence < min_confidence))
             return int(result.rowcount)  # type: ignore[attr-defined]

@@ -28,10 +28,10 @@ _requests = table_of(HumanRequest)
 
 def counts(uow: UnitOfWork) -> dict[str, int]:
     """Every counter the figures need, in one or a few index-served queries."""
-    online = uow.session.scalar(
+    online = uow.connection.scalar(
         select(func.count()).select_from(Agent).where(Agent.status == const("online"))) or 0
     if uow.store.features.counters:
-        rows = uow.session.execute(select(hub_counters.c.name, hub_counters.c.value))
+        rows = uow.connection.execute(select(hub_counters.c.name, hub_counters.c.value))
         return {"online_agents": int(online), **{str(n): int(v) for n, v in rows}}
     return {"online_agents": int(online), **plain_counts(uow)}
 
@@ -39,15 +39,15 @@ def counts(uow: UnitOfWork) -> dict[str, int]:
 def plain_counts(uow: UnitOfWork) -> dict[str, int]:
     """The same counters by counting rows (the reference's way, also the check)."""
     queued = _messages.c.status == const("queued")
-    by_status = {str(status): int(n) for status, n in uow.session.execute(
+    by_status = {str(status): int(n) for status, n in uow.connection.execute(
         select(AssignJob.status, func.count()).group_by(AssignJob.status))}
     result = {
-        "messages": uow.session.scalar(select(func.count()).select_from(_messages)),
-        "messages_queued_urgent": uow.session.scalar(
+        "messages": uow.connection.scalar(select(func.count()).select_from(_messages)),
+        "messages_queued_urgent": uow.connection.scalar(
             select(func.count()).where(queued, _messages.c.priority >= URGENT_PRIORITY)),
-        "messages_queued_normal": uow.session.scalar(
+        "messages_queued_normal": uow.connection.scalar(
             select(func.count()).where(queued, _messages.c.priority < URGENT_PRIORITY)),
-        "dead_letters": uow.session.scalar(select(func.count()).select_from(DeadLetter)),
+        "dead_letters": uow.connection.scalar(select(func.count()).select_from(DeadLetter)),
     }
     for status in ("queued", "running", "succeeded", "failed", "timed_out"):
         result[f"assign_{status}"] = by_status.get(status, 0)
@@ -61,7 +61,7 @@ class StatsOps(Operations):
         """Queued messages past expiry become dead letters; overdue human requests time out."""
         now = resolve_now(now_ms)
         with self.unit_of_work() as uow:
-            expired = list(uow.session.scalars(
+            expired = list(uow.connection.scalars(
                 update(_messages)
                 .where(_messages.c.status == const("queued"), _messages.c.expires_at_ms < now)
                 .values(status="dead_letter").returning(_messages.c.id)))
@@ -79,7 +79,7 @@ class StatsOps(Operations):
         """Acked messages created in the last five minutes."""
         now = resolve_now(now_ms)
         with self.unit_of_work(write=False) as uow:
-            total = uow.session.scalar(select(func.count()).select_from(_messages).where(
+            total = uow.connection.scalar(select(func.count()).select_from(_messages).where(
                 _messages.c.status == const("acked"),
                 _messages.c.created_at_ms > now - DELIVERY_WINDOW_MS))
         return {"total_deliveries": int(total or 0), "avg_delivery_ms": 0}
