@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import exists, func, select, type_coerce, update
+from sqlalchemy import bindparam, exists, func, select, type_coerce, update
 from sqlalchemy.dialects.postgresql import JSONB
 
 from hubstore.ids import now_ms, uuidv7
@@ -23,10 +23,32 @@ from hubstore.validation import (
     string_list,
 )
 
+if TYPE_CHECKING:
+    from hubstore.uow import UnitOfWork
+
 #: A stale agent whose lease passed more than this long ago goes offline.
 OFFLINE_AFTER_MS = 300_000
 
 _agents = table_of(Agent)
+# Hot paths: statements built once (constructing them costs more than running them).
+_HEARTBEAT = (update(_agents).where(_agents.c.agent_id == bindparam("p_agent_id"))
+              .values(last_seen_ms=bindparam("p_now"), lease_expires_ms=bindparam("p_expires"),
+                      status="online"))
+_REGISTER_COLUMNS = ("cli", "pid", "capabilities_json", "topics_json", "last_seen_ms",
+                     "lease_expires_ms", "status", "metadata_json")
+_register_statements: dict[str, Any] = {}
+
+
+def _register_statement(uow: UnitOfWork) -> Any:
+    """INSERT ... ON CONFLICT (agent_id) DO UPDATE, built once per dialect."""
+    stmt = _register_statements.get(uow.dialect)
+    if stmt is None:
+        insert = upsert(uow, _agents)
+        stmt = insert.on_conflict_do_update(
+            index_elements=[_agents.c.agent_id],
+            set_={name: insert.excluded[name] for name in _REGISTER_COLUMNS})
+        _register_statements[uow.dialect] = stmt
+    return stmt
 
 
 class AgentOps(Operations):
@@ -51,12 +73,7 @@ class AgentOps(Operations):
                 "topics_json": topic_list, "last_seen_ms": now, "lease_expires_ms": now + ttl,
                 "status": "online", "metadata_json": meta,
             }
-            stmt = upsert(uow, _agents).values(values)
-            stmt = stmt.on_conflict_do_update(
-                index_elements=[_agents.c.agent_id],
-                set_={k: stmt.excluded[k] for k in values if k != "agent_id"},
-            )
-            uow.connection.execute(stmt)
+            uow.connection.execute(_register_statement(uow), values)
         return Lease(agent_id, uuidv7(), now + ttl, now)
 
     def get_agent(self, agent_id: str) -> Agent | None:
@@ -70,9 +87,8 @@ class AgentOps(Operations):
         ttl = require_int(ttl_ms, "ttl_ms", minimum=0)
         with self.unit_of_work() as uow:
             now = now_ms()
-            uow.connection.execute(
-                update(_agents).where(_agents.c.agent_id == agent_id)
-                .values(last_seen_ms=now, lease_expires_ms=now + ttl, status="online"))
+            uow.connection.execute(_HEARTBEAT, {"p_agent_id": agent_id, "p_now": now,
+                                                "p_expires": now + ttl})
         return Lease(agent_id, None, now + ttl, now)
 
     def update_agent_topics(self, agent_id: str, topics: Iterable[str]) -> bool:
@@ -83,7 +99,7 @@ class AgentOps(Operations):
             result = uow.connection.execute(
                 update(_agents).where(_agents.c.agent_id == agent_id)
                 .values(topics_json=topic_list, last_seen_ms=now_ms()))
-            return bool(result.rowcount)  # type: ignore[attr-defined]
+            return bool(result.rowcount)
 
     def list_online_agents(self) -> list[Agent]:
         """Agents that are not offline (stale ones count)."""
@@ -124,7 +140,7 @@ class AgentOps(Operations):
                 update(_agents).where(_agents.c.status == "stale",
                                       _agents.c.lease_expires_ms < now - OFFLINE_AFTER_MS)
                 .values(status="offline"))
-            return {"stale": stale.rowcount, "offline": offline.rowcount}  # type: ignore[attr-defined]
+            return {"stale": stale.rowcount, "offline": offline.rowcount}
 
     def update_agent_status(self, agent_id: str, status: str) -> bool:
         """Set the agent's status; True when the agent exists."""
@@ -133,4 +149,4 @@ class AgentOps(Operations):
         with self.unit_of_work() as uow:
             result = uow.connection.execute(
                 update(_agents).where(_agents.c.agent_id == agent_id).values(status=status))
-            return bool(result.rowcount)  # type: ignore[attr-defined]
+            return bool(result.rowcount)

@@ -63,7 +63,7 @@ class HumanRequestOps(Operations):
             result = uow.connection.execute(
                 update(_requests).where(_requests.c.request_id == request_id)
                 .values(state=state, response_json=response))
-            return bool(result.rowcount)  # type: ignore[attr-defined]
+            return bool(result.rowcount)
 
     def get_pending_human_requests(self) -> list[HumanRequest]:
         """Every pending request."""
@@ -80,4 +80,4 @@ class HumanRequestOps(Operations):
                 update(_requests).where(_requests.c.state == "pending",
                                         _requests.c.deadline_ms < now)
                 .values(state="timed_out"))
-            return int(result.rowcount)  # type: ignore[attr-defined]
+            return int(result.rowcount)

@@ -25,6 +25,7 @@ MAX_POLL = 100
 DEFAULT_POLL = 20
 
 _messages = table_of(Message)
+_INSERT = insert(_messages)
 _newest_first = (Message.created_at_ms.desc(), Message.id.desc())
 # Literal, so that the partial index ix_messages_topic_feed can serve it.
 _TO_A_TOPIC = text("substr(messages.to_agent, 1, 6) = 'topic:'")
@@ -65,7 +66,7 @@ class MessageOps(Operations):
                 "trace_id": trace_id or uuidv7(), "payload_json": body, "status": status,
             }
             # One INSERT, no ORM flush; the returned object is a plain (transient) row.
-            uow.connection.execute(insert(_messages).values(row))
+            uow.connection.execute(_INSERT, row)
             row["payload"] = row.pop("payload_json")
             return Message(**row)
 
@@ -104,7 +105,7 @@ class MessageOps(Operations):
         with self.unit_of_work() as uow:
             result = uow.connection.execute(
                 update(_messages).where(_messages.c.id == id).values(status=status))
-            return bool(result.rowcount)  # type: ignore[attr-defined]
+            return bool(result.rowcount)
 
     def poll_for_agent(self, agent_id: str, max_messages: object = DEFAULT_POLL,
                        include_topics: Iterable[str] | None = None) -> list[Message]:

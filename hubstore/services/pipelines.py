@@ -55,7 +55,7 @@ class PipelineOps(Operations):
         with self.unit_of_work() as uow:
             result = uow.connection.execute(
                 delete(_pipelines).where(_pipelines.c.team_name == team_name))
-            return bool(result.rowcount)  # type: ignore[attr-defined]
+            return bool(result.rowcount)
 
     def list_pipeline_states(self) -> list[PipelineState]:
         """Every team's state, by team name."""

@@ -225,4 +225,4 @@ class ReflexionOps(Operations):
             result = uow.connection.execute(
                 delete(_entries).where(_entries.c.updated_at_ms < now - max_age_ms,
                                        _entries.c.confidence < min_confidence))
-            return int(result.rowcount)  # type: ignore[attr-defined]
+            return int(result.rowcount)
