@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Select, insert, select, text, union_all, update
+from sqlalchemy import Select, bindparam, insert, select, text, union_all, update
 
 from hubstore.ids import now_ms, uuidv7
 from hubstore.models import MESSAGE_STATUSES, MESSAGE_TYPES, Agent, Message, table_of
@@ -29,6 +29,33 @@ _INSERT = insert(_messages)
 _newest_first = (Message.created_at_ms.desc(), Message.id.desc())
 # Literal, so that the partial index ix_messages_topic_feed can serve it.
 _TO_A_TOPIC = text("substr(messages.to_agent, 1, 6) = 'topic:'")
+
+
+_AGENT_TOPICS = select(Agent.topics).where(Agent.agent_id == bindparam("p_agent_id"))
+_poll_statements: dict[int, Select[Any]] = {}
+
+
+def _poll_statement(topic_count: int) -> Select[Any]:
+    """The poll query for that many topics, built once: one index range scan per branch
+    (the agent, then each topic), each cut at the limit, merged newest first."""
+    stmt = _poll_statements.get(topic_count)
+    if stmt is not None:
+        return stmt
+    limit: Any = bindparam("p_limit")
+    direct = (select(_messages).where(_messages.c.to_agent == bindparam("p_agent_id"))
+              .order_by(*_newest_first).limit(limit))
+    if topic_count == 0:
+        stmt = direct
+    else:
+        feeds = [select(_messages)
+                 .where(_TO_A_TOPIC, _messages.c.topic == bindparam(f"p_topic_{k}"),
+                        _messages.c.to_agent != bindparam("p_agent_id"))
+                 .order_by(*_newest_first).limit(limit) for k in range(topic_count)]
+        merged = union_all(*(b.subquery().select() for b in [direct, *feeds])).subquery()
+        stmt = (select(merged).order_by(merged.c.created_at_ms.desc(), merged.c.id.desc())
+                .limit(limit))
+    _poll_statements[topic_count] = stmt
+    return stmt
 
 
 def clamp_poll_limit(value: object) -> int:
@@ -120,27 +147,13 @@ class MessageOps(Operations):
         wanted = string_list(include_topics, "include_topics") if include_topics else []
         with self.unit_of_work(write=False) as uow:
             if not wanted:
-                agent_topics = uow.connection.scalar(
-                    select(Agent.topics).where(Agent.agent_id == agent_id))
+                agent_topics = uow.connection.scalar(_AGENT_TOPICS, {"p_agent_id": agent_id})
                 wanted = [t for t in agent_topics or [] if isinstance(t, str)]
-            branches: list[Select[Any]] = [
-                select(_messages).where(_messages.c.to_agent == agent_id)
-                .order_by(*_newest_first).limit(limit)
-            ]
-            for topic in dict.fromkeys(wanted):
-                branches.append(
-                    select(_messages)
-                    .where(_TO_A_TOPIC, _messages.c.topic == topic,
-                           _messages.c.to_agent != agent_id)
-                    .order_by(*_newest_first).limit(limit))
-            if len(branches) == 1:
-                stmt: Any = select(Message).from_statement(branches[0])
-            else:
-                merged = union_all(*(b.subquery().select() for b in branches)).subquery()
-                stmt = select(Message).from_statement(
-                    select(merged).order_by(merged.c.created_at_ms.desc(), merged.c.id.desc())
-                    .limit(limit))
-            return list(uow.session.scalars(stmt))
+            topics = list(dict.fromkeys(wanted))
+            params: dict[str, Any] = {"p_agent_id": agent_id, "p_limit": limit}
+            params.update({f"p_topic_{k}": topic for k, topic in enumerate(topics)})
+            rows = uow.connection.execute(_poll_statement(len(topics)), params).mappings()
+            return [Message.from_row(row) for row in rows]
 
     def get_audit_messages_for_agent(self, agent_id: str, max_messages: object = DEFAULT_POLL,
                                      include_topics: Iterable[str] | None = None
