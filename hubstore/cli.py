@@ -1,22 +1,59 @@
-"""The command line: ``hubstore db upgrade|downgrade|current|history``."""
+"""The command line: ``hubstore db upgrade|downgrade|current|history``.
+
+Every command takes ``--url`` (default: $HUBSTORE_URL, else the embedded default). A
+failure prints one line saying what failed and why, and exits with status 1; a bad
+argument or URL exits with status 2.
+"""
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from typing import TypeVar
 
 import click
-from alembic.script import ScriptDirectory
+from alembic.util import CommandError
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import ArgumentError, DBAPIError
 
 from hubstore import migrations
 from hubstore.engine import ENV_URL, default_url, resolve_url
 from hubstore.errors import HubStoreError
 
+T = TypeVar("T")
 URL_HELP = f"SQLAlchemy URL of the hub database [default: ${ENV_URL}, else {default_url()}]"
-url_option = click.option("--url", envvar=ENV_URL, default=None, help=URL_HELP)
 
 
-def _shown(url: str | None) -> str:
-    return resolve_url(url).render_as_string(hide_password=True)
+def _resolve(_ctx: click.Context, _param: click.Parameter, value: str | None) -> URL:
+    try:
+        return resolve_url(value or None)
+    except (HubStoreError, ArgumentError) as exc:  # an unsupported or malformed URL
+        raise click.BadParameter(str(exc)) from exc
+
+
+url_option = click.option("--url", envvar=ENV_URL, default=None, metavar="URL",
+                          callback=_resolve, help=URL_HELP)
+
+
+def _shown(url: URL) -> str:
+    return url.render_as_string(hide_password=True)
+
+
+def _run(action: str, url: URL, fn: Callable[..., T], *args: str) -> T:
+    """Call ``fn(url, *args)``; turn a failure into one clear line and exit status 1."""
+    try:
+        return fn(url, *args)
+    except (HubStoreError, CommandError, OSError) as exc:
+        reason = str(exc)
+    except DBAPIError as exc:  # the driver's own message, without SQLAlchemy's trailer
+        reason = str(exc.orig).strip()
+    except Exception as exc:  # anything else still gets a message, not a traceback
+        reason = f"{type(exc).__name__}: {exc}"
+    raise click.ClickException(f"{action} of {_shown(url)} failed: {reason}")
+
+
+def _revision(url: URL) -> str:
+    return _run("reading the revision", url, migrations.current) or "base"
 
 
 @click.group()
@@ -30,53 +67,46 @@ def db() -> None:
     """Migrate the hub database (Alembic, with adoption of triflux databases)."""
 
 
-def _run(action: str, url: str | None, fn: object, *args: str) -> None:
-    try:
-        fn(url, *args)  # type: ignore[operator]
-    except HubStoreError as exc:
-        raise click.ClickException(f"{action} failed: {exc}") from exc
-    except Exception as exc:  # alembic and driver errors: say what and where, exit 1
-        raise click.ClickException(
-            f"{action} of {_shown(url)} failed: {type(exc).__name__}: {exc}") from exc
-
-
 @db.command()
 @click.argument("revision", default="head")
 @url_option
-def upgrade(revision: str, url: str | None) -> None:
+def upgrade(revision: str, url: URL) -> None:
     """Migrate up to REVISION (default: head), adopting a triflux database first."""
+    before = _revision(url)
     _run("upgrade", url, migrations.upgrade, revision)
-    click.echo(f"{_shown(url)} is at revision {migrations.current(url)}")
+    click.echo(f"{_shown(url)}: upgraded from {before} to {_revision(url)}")
 
 
 @db.command()
 @click.argument("revision")
 @url_option
-def downgrade(revision: str, url: str | None) -> None:
+def downgrade(revision: str, url: URL) -> None:
     """Migrate down to REVISION ("base" removes every hub table)."""
+    before = _revision(url)
     _run("downgrade", url, migrations.downgrade, revision)
-    click.echo(f"{_shown(url)} is at revision {migrations.current(url) or 'base'}")
+    click.echo(f"{_shown(url)}: downgraded from {before} to {_revision(url)}")
 
 
 @db.command()
 @url_option
-def current(url: str | None) -> None:
-    """Print the database's revision ("none" when it has no hubstore schema)."""
-    try:
-        revision = migrations.current(url)
-    except Exception as exc:
-        raise click.ClickException(f"cannot read {_shown(url)}: {exc}") from exc
-    head = migrations.head()
-    state = "(head)" if revision == head else f"(head is {head})"
-    click.echo(f"{revision or 'none'} {state}")
+def current(url: URL) -> None:
+    """Print the database's revision ("base" when it has none)."""
+    revision, head = _revision(url), migrations.head()
+    click.echo(f"{revision} {'(head)' if revision == head else f'(head is {head})'}")
 
 
 @db.command()
-def history() -> None:
-    """List the revisions, oldest first."""
-    script = ScriptDirectory.from_config(migrations.alembic_config())
+@url_option
+def history(url: URL) -> None:
+    """List the revisions, oldest first, marking the database's own."""
+    at = _revision(url)
+    script = migrations.script_directory()
     for rev in reversed(list(script.walk_revisions())):
-        click.echo(f"{rev.revision}  {rev.doc.splitlines()[0] if rev.doc else ''}")
+        title = rev.doc.splitlines()[0] if rev.doc else ""
+        marks = [m for m, on in (("head", rev.is_head), ("current", rev.revision == at)) if on]
+        click.echo(" ".join([f"{rev.revision}  {title}", *(f"({m})" for m in marks)]))
+    if at == "base":
+        click.echo(f"({_shown(url)} has no revision yet)")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -10,18 +10,21 @@ cascade-delete child rows; the journal mode is only switched to WAL after succes
 
 from __future__ import annotations
 
+import functools
 import os
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from alembic import command
+import alembic.command
 from alembic.config import Config
 from alembic.runtime.environment import EnvironmentContext
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Connection, create_engine, inspect, text
+from alembic.util import CommandError
+from sqlalchemy import Connection, Engine, create_engine, inspect, text
 from sqlalchemy.engine import URL
 from sqlalchemy.pool import NullPool
 
@@ -40,6 +43,8 @@ HUB_TABLES = frozenset({
     "agents", "messages", "message_inbox", "human_requests", "dead_letters", "assign_jobs",
     "pipeline_state", "reflexion_entries",
 })
+#: The reference's version table; on its own it is a legacy file's leftover, not a hub.
+META_TABLE = "_meta"
 #: Legacy `_meta.schema_version` -> the revision that has exactly that layout.
 LEGACY_REVISIONS = {"3": "0001", "4": "0002"}
 V4_COLUMNS = frozenset({"type", "adaptive_state_json"})
@@ -72,32 +77,48 @@ def alembic_config(url: URL | str | None = None) -> Config:
     return config
 
 
+@functools.cache
+def script_directory() -> ScriptDirectory:
+    """hubstore's revisions (loaded once: every HubStore.open asks for the head)."""
+    return ScriptDirectory.from_config(alembic_config())
+
+
 def head() -> str:
     """The head revision."""
-    revision = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    revision = script_directory().get_current_head()
     assert revision is not None
     return revision
+
+
+def is_known(revision: str, script: ScriptDirectory | None = None) -> bool:
+    """Whether ``revision`` is one of this hubstore's revisions."""
+    try:
+        return (script or script_directory()).get_revision(revision) is not None
+    except CommandError:
+        return False
 
 
 def upgrade(url: URL | str | None = None, revision: str = "head") -> None:
     """Migrate up to ``revision``, adopting a legacy triflux database first."""
     config = alembic_config(url)
     config.attributes["hubstore_adopt"] = True
-    command.upgrade(config, revision)
+    alembic.command.upgrade(config, revision)
 
 
 def downgrade(url: URL | str | None, revision: str) -> None:
     """Migrate down to ``revision`` ("base" removes every hub table)."""
-    command.downgrade(alembic_config(url), revision)
+    resolved = resolve_url(url)
+    _require_sqlite_file(resolved)
+    alembic.command.downgrade(alembic_config(resolved), revision)
 
 
 def current(url: URL | str | None = None) -> str | None:
-    """The database's revision, or None when it has none. Reads only."""
+    """The database's revision, or None when it has none. Reads only, creates nothing."""
     resolved = resolve_url(url)
     path = sqlite_path(resolved)
     if path is not None and not path.exists():
         return None
-    engine = _read_only_engine(resolved)
+    engine = _inspecting_engine(resolved)
     try:
         with engine.connect() as conn:
             heads = MigrationContext.configure(conn).get_current_heads()
@@ -107,23 +128,43 @@ def current(url: URL | str | None = None) -> str | None:
 
 
 def require_current(url: URL | str | None = None) -> None:
-    """Raise SchemaNotCurrent unless the database is at head. Creates nothing."""
+    """Raise SchemaNotCurrent unless the database is at head. Creates and changes nothing."""
     resolved = resolve_url(url)
     at, want = current(resolved), head()
-    if at != want:
-        shown = resolved.render_as_string(hide_password=True)
-        state = "has no hubstore schema" if at is None else f"is at revision {at}"
+    if at == want:
+        return
+    shown = resolved.render_as_string(hide_password=True)
+    if at is not None and not is_known(at):
         raise SchemaNotCurrent(
-            f"the database {shown} {state}, not {want} (head). Migrate it with "
-            f"`hubstore db upgrade --url '{shown}'`, or open it with "
-            "HubStore.open(url, auto_migrate=True).")
+            f"the database {shown} is at revision {at}, which this hubstore (head {want}) "
+            "does not know: a newer hubstore migrated it. Use that version of hubstore.")
+    state = ("has no hubstore revision (a new database, or a triflux one not adopted yet)"
+             if at is None else f"is at revision {at}")
+    raise SchemaNotCurrent(
+        f"the database {shown} {state}, not {want} (head). Migrate it with "
+        f"`hubstore db upgrade --url '{shown}'`, or open it with "
+        "HubStore.open(url, auto_migrate=True).")
 
 
-def _read_only_engine(url: URL) -> Any:
+def _require_sqlite_file(url: URL) -> None:
     path = sqlite_path(url)
-    if path is not None:
-        return create_engine(f"sqlite:///file:{path}?mode=ro&uri=true", poolclass=NullPool)
-    return create_hub_engine(url, poolclass=NullPool)
+    if path is not None and not path.exists():
+        raise FileNotFoundError(f"there is no SQLite database at {path}")
+
+
+def _inspecting_engine(url: URL) -> Engine:
+    """An engine that looks without changing anything.
+
+    A SQLite file is opened with ``mode=rw``: never created, and no pragma is run. Not
+    ``mode=ro``: a read-only connection to a WAL file leaves -wal and -shm files behind,
+    which a read-write one removes when it closes.
+    """
+    path = sqlite_path(url)
+    if path is None:
+        return create_hub_engine(url, poolclass=NullPool)
+    uri = f"{path.absolute().as_uri()}?mode=rw"
+    return create_engine("sqlite://", poolclass=NullPool,
+                         creator=lambda: sqlite3.connect(uri, uri=True))
 
 
 def env_url(context: EnvironmentContext) -> URL:
@@ -139,9 +180,17 @@ def env_url(context: EnvironmentContext) -> URL:
 
 
 @contextmanager
-def locked_connection(url: URL) -> Iterator[Connection]:
-    """A connection in a transaction that holds the migration lock."""
-    ensure_sqlite_file(url)
+def locked_connection(url: URL, *, create: bool = True) -> Iterator[Connection]:
+    """A connection in a transaction that holds the migration lock.
+
+    ``create`` makes a missing SQLite file (mode 0600); without it a missing file is an
+    error. SQLite's foreign keys are off for the whole connection (the pragma does
+    nothing inside a transaction), and the file only becomes WAL after a commit.
+    """
+    if create:
+        ensure_sqlite_file(url)
+    else:
+        _require_sqlite_file(url)
     engine = create_hub_engine(url, wal=False, foreign_keys=False, poolclass=NullPool,
                                busy_timeout_ms=MIGRATION_BUSY_TIMEOUT_MS)
     sqlite = url.get_backend_name() == "sqlite"
@@ -158,38 +207,36 @@ def locked_connection(url: URL) -> Iterator[Connection]:
                 raw = conn.connection.driver_connection
                 assert raw is not None
                 raw.execute("PRAGMA journal_mode = WAL")
-                broken = raw.execute("PRAGMA foreign_key_check").fetchall()
-                if broken:
-                    raise RuntimeError(f"foreign key check failed after migrating: {broken}")
     finally:
         engine.dispose()
 
 
 def legacy_revision(conn: Connection) -> str | None:
-    """For a database without alembic_version: the revision to stamp, or None for one
-    with no hub tables. Anything unrecognised raises UnknownSchema. Reads only."""
+    """For a database without a hubstore revision: the revision to stamp, or None for
+    one with no hub tables. Anything unrecognised raises UnknownSchema. Reads only."""
     inspector = inspect(conn)
     tables = set(inspector.get_table_names())
-    present = HUB_TABLES & tables
+    present = (HUB_TABLES | {META_TABLE}) & tables
     if not present:
         return None
     missing = HUB_TABLES - tables
     if missing:
         raise UnknownSchema(
-            f"the database has some hub tables but not {', '.join(sorted(missing))}; "
-            "hubstore will not guess how to adopt it (nothing was changed)")
+            f"the database has some of the hub's tables ({', '.join(sorted(present))}) but "
+            f"not {', '.join(sorted(missing))}; hubstore will not guess how to adopt it "
+            "(nothing was changed)")
     version = None
-    if "_meta" in tables:
+    if META_TABLE in tables:
         version = conn.execute(
             text("SELECT value FROM _meta WHERE key = 'schema_version'")).scalar()
     columns = {c["name"] for c in inspector.get_columns("reflexion_entries")}
-    has_v4 = V4_COLUMNS <= columns
+    has_v4 = columns >= V4_COLUMNS
     if (version == "3" and not V4_COLUMNS & columns) or (version == "4" and has_v4):
         return LEGACY_REVISIONS[version]
     raise UnknownSchema(
         f"the database has the hub tables but schema_version {version!r} with reflexion "
-        f"columns {sorted(V4_COLUMNS & columns)}; hubstore knows versions 3 and 4 only "
-        "(nothing was changed)")
+        f"columns {sorted(V4_COLUMNS & columns)}; hubstore adopts triflux versions 3 and 4 "
+        "only (nothing was changed)")
 
 
 def include_object(obj: Any, name: str | None, type_: str, reflected: bool,
@@ -197,9 +244,8 @@ def include_object(obj: Any, name: str | None, type_: str, reflected: bool,
     """Leave other applications' tables, and migration-owned objects, out of comparisons."""
     if name in MIGRATION_OWNED:
         return False
-    if type_ == "table" and reflected and compare_to is None:
-        return False  # a table that is not ours (hubstore may share a database)
-    return True
+    # a reflected table the models do not know is not ours (hubstore may share a database)
+    return not (type_ == "table" and reflected and compare_to is None)
 
 
 def run_env(context: EnvironmentContext) -> None:
@@ -213,19 +259,49 @@ def run_env(context: EnvironmentContext) -> None:
         return
     url = env_url(context)
     config = context.config
-    adopt = config.attributes.get("hubstore_adopt") or _cli_command(config) == "upgrade"
-    with locked_connection(url) as conn:
-        if adopt and "alembic_version" not in inspect(conn).get_table_names():
-            revision = legacy_revision(conn)
-            if revision is not None:
-                MigrationContext.configure(conn).stamp(
-                    ScriptDirectory.from_config(config), revision)
+    adopt = bool(config.attributes.get("hubstore_adopt")) or _cli_command(config) == "upgrade"
+    sqlite = url.get_backend_name() == "sqlite"
+    applied: list[str] = []
+    with locked_connection(url, create=adopt) as conn:
+        if adopt:
+            _adopt(conn, ScriptDirectory.from_config(config))
         context.configure(
             connection=conn, target_metadata=metadata, include_object=include_object,
-            render_as_batch=url.get_backend_name() == "sqlite",
-            transaction_per_migration=False, compare_type=True)
+            render_as_batch=sqlite, transaction_per_migration=False, compare_type=True,
+            on_version_apply=lambda step, **_: applied.append(step.up_revision_id or ""))
         with context.begin_transaction():
             context.run_migrations()
+        if sqlite and applied:
+            _check_foreign_keys(conn)
+
+
+def _adopt(conn: Connection, script: ScriptDirectory) -> None:
+    """Stamp a legacy triflux database with the revision of its layout, under the lock.
+
+    A revision this hubstore does not know (a newer hubstore's, or another application's
+    Alembic sharing the database) is refused before anything is written.
+    """
+    heads = MigrationContext.configure(conn).get_current_heads()
+    unknown = [h for h in heads if not is_known(h, script)]
+    if unknown:
+        raise UnknownSchema(
+            f"the database's alembic_version holds {', '.join(unknown)}, which is not a "
+            "hubstore revision: a newer hubstore migrated it, or another application's "
+            "Alembic uses this database (give hubstore a database or schema of its own); "
+            "nothing was changed")
+    if heads:
+        return
+    revision = legacy_revision(conn)
+    if revision is not None:
+        MigrationContext.configure(conn).stamp(script, revision)
+
+
+def _check_foreign_keys(conn: Connection) -> None:
+    """Refuse (and so roll back) a migration that left a child row without its parent."""
+    broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
+    if broken:
+        raise RuntimeError(
+            f"foreign key check failed after migrating (rolled back): {broken[:10]}")
 
 
 def _cli_command(config: Config) -> str | None:

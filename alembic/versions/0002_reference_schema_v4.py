@@ -5,6 +5,7 @@ Revises: 0001
 Create Date: 2026-11-29
 """
 
+import sqlite3
 from collections.abc import Sequence
 
 import sqlalchemy as sa
@@ -28,7 +29,20 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    if op.get_bind().dialect.name == "sqlite" and sqlite3.sqlite_version_info < (3, 35):
+        _rebuild_without_v4_columns()
+    else:
+        # Native DROP COLUMN (SQLite 3.35+): the table keeps its exact DDL and indexes.
+        op.drop_column("reflexion_entries", "adaptive_state_json")
+        op.drop_column("reflexion_entries", "type")
+    op.execute("UPDATE _meta SET value = '3' WHERE key = 'schema_version'")
+
+
+def _rebuild_without_v4_columns() -> None:
+    """Older SQLite: a batch rebuild (the runner has foreign keys off). Reflection loses
+    the DESC of idx_reflexion_confidence, so that index is made again as 0001 made it."""
     with op.batch_alter_table("reflexion_entries") as batch:
         batch.drop_column("adaptive_state_json")
         batch.drop_column("type")
-    op.execute("UPDATE _meta SET value = '3' WHERE key = 'schema_version'")
+    op.drop_index("idx_reflexion_confidence", table_name="reflexion_entries")
+    op.create_index("idx_reflexion_confidence", "reflexion_entries", [sa.text("confidence DESC")])
