@@ -1,0 +1,201 @@
+"""Adopting legacy triflux databases (no alembic_version) on SQLite and PostgreSQL.
+
+The legacy databases are built from the reference's own DDL (tests/reference_ddl.py),
+in a database of the test's own that also holds another application's tables.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import URL
+from sqlalchemy.orm import Session
+
+from hubstore import HubStore, migrations
+from hubstore.errors import UnknownSchema
+from hubstore.models import (
+    Agent,
+    AssignJob,
+    Base,
+    DeadLetter,
+    HumanRequest,
+    Message,
+    MessageInbox,
+    PipelineState,
+    ReflexionEntry,
+)
+from tests.reference_ddl import (
+    HUB_TABLES,
+    JSON_COLUMNS,
+    V4_ONLY,
+    add_other_application,
+    build_legacy,
+    column_names,
+    file_state,
+    legacy_rows,
+    other_application_rows,
+    schema_objects,
+    snapshot,
+    table_names,
+)
+
+MODELS: dict[str, type[Base]] = {
+    "agents": Agent, "messages": Message, "message_inbox": MessageInbox,
+    "human_requests": HumanRequest, "dead_letters": DeadLetter, "assign_jobs": AssignJob,
+    "pipeline_state": PipelineState, "reflexion_entries": ReflexionEntry,
+}
+
+
+@pytest.fixture
+def engine(empty_url: URL) -> Any:
+    eng = create_engine(empty_url)
+    yield eng
+    eng.dispose()
+
+
+def _expected(table: str, row: dict[str, Any]) -> dict[str, Any]:
+    """A legacy row as the models read it: JSON text parsed, v4 defaults filled in."""
+    parsed = {c: json.loads(v) if c in JSON_COLUMNS and v is not None else v
+              for c, v in row.items()}
+    if table == "reflexion_entries":
+        parsed = {"type": "reflexion", "adaptive_state_json": {}} | parsed
+    return parsed
+
+
+def _read_through_models(engine: Engine, table: str, pk: Any) -> dict[str, Any]:
+    model = MODELS[table]
+    with Session(engine) as session:
+        obj = session.get(model, pk)
+        assert obj is not None, (table, pk)
+        return {col.name: getattr(obj, model.__mapper__.get_property_by_column(col).key)
+                for col in model.__table__.columns}
+
+
+@pytest.mark.parametrize("version", [3, 4])
+def test_adoption_keeps_every_row_and_other_applications_tables(
+        empty_url: URL, engine: Engine, version: int) -> None:
+    build_legacy(empty_url, version)
+    others = add_other_application(empty_url)
+    with engine.connect() as conn:
+        legacy_columns = column_names(conn)
+        before = snapshot(conn)
+
+    with HubStore.open(empty_url, auto_migrate=True) as store:
+        assert migrations.current(empty_url) == migrations.head()
+        with engine.connect() as conn:
+            assert snapshot(conn, columns=legacy_columns) == before
+            assert conn.execute(text("SELECT key, value FROM _meta")).all() == [
+                ("schema_version", "4")]
+            assert conn.execute(text("SELECT count(*) FROM alembic_version")).scalar() == 1
+        for table, rows in legacy_rows(version).items():
+            if table == "_meta":
+                continue
+            model = MODELS[table]
+            pk_column = next(iter(model.__table__.primary_key.columns)).name
+            for number, row in enumerate(rows, start=1):
+                pk = number if table == "message_inbox" else row[pk_column]
+                got = _read_through_models(store.engine, table, pk)
+                assert got == _expected(table, row | {"delivery_id": pk}
+                                        if table == "message_inbox" else row)
+        # the store keeps working: counters start from the adopted rows, sequences go on
+        assert store.get_hub_stats()["total_messages"] == len(legacy_rows(version)["messages"])
+        store.audit_log(type="event", from_agent="a", to_agent="b", topic="t")
+        assert store.get_hub_stats()["total_messages"] == len(legacy_rows(version)["messages"]) + 1
+        with store.unit_of_work() as uow:
+            inbox = MessageInbox(message_id=legacy_rows(version)["messages"][1]["id"],
+                                 agent_id="late", attempts=0)
+            uow.session.add(inbox)
+            uow.session.flush()
+            assert inbox.delivery_id == len(legacy_rows(version)["message_inbox"]) + 1
+
+    assert other_application_rows(empty_url) == others
+    with HubStore.open(empty_url) as reopened:  # the stamp was committed: adoption sticks
+        assert reopened.get_agent("codex-1") is not None
+
+
+def test_no_hub_tables_migrates_from_scratch_beside_other_tables(
+        empty_url: URL, engine: Engine) -> None:
+    others = add_other_application(empty_url)
+    migrations.upgrade(empty_url)
+    with engine.connect() as conn:
+        assert set(HUB_TABLES) <= table_names(conn)
+        assert conn.execute(text("SELECT value FROM _meta")).scalar() == "4"
+    assert other_application_rows(empty_url) == others
+
+    migrations.downgrade(empty_url, "base")
+    with engine.connect() as conn:
+        assert table_names(conn) - {"alembic_version", "sqlite_sequence"} == {
+            "other_app_users", "other_app_settings"}
+    assert other_application_rows(empty_url) == others
+    migrations.upgrade(empty_url)  # and back up from an empty alembic_version
+    assert migrations.current(empty_url) == migrations.head()
+
+
+#: Layouts hubstore must refuse: (version built, options of build_legacy).
+UNKNOWN_LAYOUTS = {
+    "some_hub_tables_missing": (3, {"skip": ("pipeline_state", "reflexion_entries")}),
+    "only_meta": (3, {"skip": HUB_TABLES}),
+    "no_meta_table": (3, {"skip": ("_meta",)}),
+    "no_schema_version_row": (3, {"meta": {"schema_version": None}}),
+    "unknown_version": (4, {"meta": {"schema_version": "5"}}),
+    "version_3_with_v4_columns": (4, {"meta": {"schema_version": "3"}}),
+    "version_4_without_v4_columns": (3, {"meta": {"schema_version": "4"}}),
+}
+
+
+def _state(url: URL, engine: Engine) -> Any:
+    if url.get_backend_name() == "sqlite":
+        assert url.database
+        return file_state(Path(url.database))
+    with engine.connect() as conn:
+        tables = table_names(conn)
+        rows = {t: [tuple(r) for r in conn.exec_driver_sql(f'SELECT * FROM "{t}" ORDER BY 1')]
+                for t in tables}
+        return schema_objects(conn), rows
+
+
+@pytest.mark.parametrize("layout", UNKNOWN_LAYOUTS)
+def test_unknown_layouts_are_refused_and_left_byte_for_byte(
+        empty_url: URL, engine: Engine, layout: str) -> None:
+    version, options = UNKNOWN_LAYOUTS[layout]
+    build_legacy(empty_url, version, **options)
+    before = _state(empty_url, engine)
+    if empty_url.get_backend_name() == "sqlite":  # a rollback-journal file, not WAL
+        assert before[0][18:20] == b"\x01\x01"
+
+    with pytest.raises(UnknownSchema, match="nothing was changed") as raised:
+        HubStore.open(empty_url, auto_migrate=True)
+    assert raised.value.code == "SCHEMA_UNKNOWN"
+    assert _state(empty_url, engine) == before
+    with pytest.raises(UnknownSchema):
+        migrations.upgrade(empty_url)
+    assert _state(empty_url, engine) == before
+    assert migrations.current(empty_url) is None
+    assert _state(empty_url, engine) == before
+
+
+def test_another_applications_alembic_version_is_refused(
+        empty_url: URL, engine: Engine) -> None:
+    """A shared database whose alembic_version belongs to someone else is left alone."""
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)")
+        conn.exec_driver_sql("INSERT INTO alembic_version VALUES ('ae1027a6acf')")
+    before = _state(empty_url, engine)
+    with pytest.raises(UnknownSchema, match="ae1027a6acf"):
+        migrations.upgrade(empty_url)
+    assert _state(empty_url, engine) == before
+
+
+@pytest.mark.parametrize("version", [3, 4])
+def test_adoption_runs_the_missing_revisions_only(empty_url: URL, engine: Engine,
+                                                  version: int) -> None:
+    """'3' is stamped 0001 and gets 0002's columns; '4' already has them."""
+    build_legacy(empty_url, version, rows=False)
+    migrations.upgrade(empty_url, "0002")
+    assert migrations.current(empty_url) == "0002"
+    with engine.connect() as conn:
+        assert set(column_names(conn, ["reflexion_entries"])["reflexion_entries"]) >= V4_ONLY
