@@ -94,8 +94,7 @@ class MessageOps(Operations):
             }
             # One INSERT, no ORM flush; the returned object is a plain (transient) row.
             uow.connection.execute(_INSERT, row)
-            row["payload"] = row.pop("payload_json")
-            return Message(**row)
+            return Message.from_row(row)
 
     def enqueue_message(self, type: str, from_agent: str, to_agent: str, topic: str,
                         priority: int = 5, ttl_ms: int = 300_000, payload: Any = None,

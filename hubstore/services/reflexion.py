@@ -7,7 +7,9 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     JSON,
+    BindParameter,
     ColumnElement,
+    Select,
     Text,
     TextClause,
     and_,
@@ -38,7 +40,7 @@ from hubstore.validation import (
 )
 
 if TYPE_CHECKING:
-    from hubstore.uow import UnitOfWork
+    pass
 
 THIRTY_DAYS_MS = 30 * 24 * 60 * 60 * 1000
 SUBSTRING_LIMIT = 10
@@ -47,7 +49,8 @@ _UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _LOWER = _UPPER.lower()
 _ASCII_LOWER = str.maketrans(_UPPER, _LOWER)
 _entries = table_of(ReflexionEntry)
-_by_confidence = (ReflexionEntry.confidence.desc(), ReflexionEntry.id)
+_by_confidence = (_entries.c.confidence.desc(), _entries.c.id)
+_INSERT = insert(_entries)
 
 
 def like_escape(value: str) -> str:
@@ -79,57 +82,78 @@ def check_context_filter(context: object) -> dict[str, Any]:
     return {k: v for k, v in context.items() if v is not None}
 
 
-def _json_type(value: str | int | float) -> tuple[str, ...]:
+def _kind(value: str | int | float) -> str:
     if isinstance(value, bool):
-        return ("true",) if value else ("false",)
-    if isinstance(value, int | float):
-        return ("integer", "real")
-    return ("text",)
+        return "true" if value else "false"
+    return "number" if isinstance(value, int | float) else "text"
 
 
-def _sqlite_key_equals(key: str, value: str | int | float) -> ColumnElement[bool]:
+def _sqlite_key_equals(key: str, kind: str, value: BindParameter[Any]) -> ColumnElement[bool]:
     column = _entries.c.context_json
+    types = {"text": ("text",), "number": ("integer", "real")}.get(kind, (kind,))
     if '"' in key:
         # SQLite's JSON paths cannot name a key holding a double quote: look it up
         # through json_each instead, still with the key bound.
         each = func.json_each(column).table_valued("key", "value", "type")
-        conditions = [each.c.key == key, each.c.type.in_(_json_type(value))]
-        if not isinstance(value, bool):
+        conditions = [each.c.key == key, each.c.type.in_(types)]
+        if kind in ("text", "number"):
             conditions.append(each.c.value == value)
         return exists(select(1).select_from(each).where(*conditions))
     element = type_coerce(column, JSON)[key]  # SQLAlchemy binds the path '$."key"'
-    type_ok = func.json_type(column, bindparam(None, f'$."{key}"', Text)).in_(_json_type(value))
-    if isinstance(value, bool):
-        return type_ok
-    if isinstance(value, int | float):
+    type_ok = func.json_type(column, bindparam(None, f'$."{key}"', Text)).in_(types)
+    if kind == "number":
         return and_(type_ok, element.as_float() == value)
-    return and_(type_ok, element.as_string() == value)
+    if kind == "text":
+        return and_(type_ok, element.as_string() == value)
+    return type_ok
 
 
-def context_filters(uow: UnitOfWork, context: dict[str, Any]) -> list[ColumnElement[bool]]:
-    """One equality per key, through SQLAlchemy's JSON operators; keys are bound."""
-    if uow.dialect == "postgresql":
+def _context_filters(dialect: str, signature: Signature) -> list[ColumnElement[bool]]:
+    """One equality per key, through SQLAlchemy's JSON operators; keys and values are
+    bound (value i as parameter p_value_i)."""
+    if dialect == "postgresql":
         column = type_coerce(_entries.c.context_json, JSONB)
-        return [column[key] == cast(bindparam(None, dumps(value), Text), JSONB)
-                for key, value in context.items()]
-    return [_sqlite_key_equals(key, value) for key, value in context.items()]
+        return [column[key] == cast(bindparam(f"p_value_{i}", type_=Text), JSONB)
+                for i, (key, _) in enumerate(signature)]
+    return [_sqlite_key_equals(key, kind, bindparam(f"p_value_{i}"))
+            for i, (key, kind) in enumerate(signature)]
 
 
-def _substring_match(uow: UnitOfWork, needle: str) -> list[ColumnElement[bool] | TextClause]:
-    """error_pattern contains needle, ignoring case for ASCII letters only (SQLite LIKE)."""
-    if uow.dialect == "postgresql":
+def _substring_match(dialect: str, trigram: bool) -> list[ColumnElement[bool] | TextClause]:
+    """error_pattern LIKE p_like: case-blind for ASCII letters only, as SQLite's LIKE."""
+    if dialect == "postgresql":
         folded = func.translate(_entries.c.error_pattern, const(_UPPER), const(_LOWER))
-        pattern = "%" + like_escape(needle.translate(_ASCII_LOWER)) + "%"
-        return [folded.like(pattern, escape="\\")]
+        return [folded.like(bindparam("p_like"), escape="\\")]
     conditions: list[ColumnElement[bool] | TextClause] = [
-        _entries.c.error_pattern.like("%" + like_escape(needle) + "%", escape="\\")]
-    if uow.store.features.reflexion_fts and len(needle) >= 3:
+        _entries.c.error_pattern.like(bindparam("p_like"), escape="\\")]
+    if trigram:
         # The trigram index narrows the rows; LIKE above keeps the exact semantics.
-        phrase = '"' + needle.replace('"', '""') + '"'
         conditions.append(text(
             "reflexion_entries.rowid IN (SELECT rowid FROM reflexion_entries_fts "
-            "WHERE reflexion_entries_fts MATCH :fts_phrase)").bindparams(fts_phrase=phrase))
+            "WHERE reflexion_entries_fts MATCH :p_phrase)"))
     return conditions
+
+
+Signature = tuple[tuple[str, str], ...]
+_find_statements: dict[tuple[str, Signature, bool], tuple[Select[Any], Select[Any]]] = {}
+_FIND_CACHE_SIZE = 256
+
+
+def find_statements(dialect: str, signature: Signature,
+                    trigram: bool) -> tuple[Select[Any], Select[Any]]:
+    """The exact and the substring query for these filter keys, built once."""
+    cache_key = (dialect, signature, trigram)
+    found = _find_statements.get(cache_key)
+    if found is None:
+        where = _context_filters(dialect, signature)
+        exact = (select(_entries).where(_entries.c.error_pattern == bindparam("p_pattern"),
+                                        *where).order_by(*_by_confidence))
+        substring = (select(_entries).where(*_substring_match(dialect, trigram), *where)
+                     .order_by(*_by_confidence).limit(SUBSTRING_LIMIT))
+        if len(_find_statements) >= _FIND_CACHE_SIZE:
+            _find_statements.clear()
+        found = _find_statements[cache_key] = (exact, substring)
+    return found
 
 
 def recalc(hit_count: int, success_count: int) -> float:
@@ -165,10 +189,8 @@ class ReflexionOps(Operations):
                 "confidence": 0.5, "hit_count": 1, "success_count": 0, "last_hit_ms": now,
                 "created_at_ms": now, "updated_at_ms": now,
             }
-            uow.connection.execute(insert(_entries).values(row))
-            row["context"] = row.pop("context_json")
-            row["adaptive_state"] = row.pop("adaptive_state_json")
-            return ReflexionEntry(**row)
+            uow.connection.execute(_INSERT, row)
+            return ReflexionEntry.from_row(row)
 
     def get_reflexion(self, id: str) -> ReflexionEntry | None:
         """The entry, or None."""
@@ -184,17 +206,24 @@ class ReflexionOps(Operations):
         """
         require_text(error_pattern, "error_pattern")
         filters = check_context_filter(context)
+        signature = tuple((key, _kind(value)) for key, value in filters.items())
+        needle = first_utf16_units(error_pattern, NEEDLE_UTF16_UNITS)
         with self.unit_of_work(write=False) as uow:
-            where = context_filters(uow, filters)
-            exact = list(uow.session.scalars(
-                select(ReflexionEntry).where(ReflexionEntry.error_pattern == error_pattern,
-                                             *where).order_by(*_by_confidence)))
-            if exact:
-                return exact
-            needle = first_utf16_units(error_pattern, NEEDLE_UTF16_UNITS)
-            return list(uow.session.scalars(
-                select(ReflexionEntry).where(*_substring_match(uow, needle), *where)
-                .order_by(*_by_confidence).limit(SUBSTRING_LIMIT)))
+            params: dict[str, Any] = {"p_pattern": error_pattern}
+            if uow.dialect == "postgresql":  # JSONB compares JSON values
+                params.update((f"p_value_{i}", dumps(v)) for i, v in enumerate(filters.values()))
+                params["p_like"] = "%" + like_escape(needle.translate(_ASCII_LOWER)) + "%"
+            else:
+                params.update((f"p_value_{i}", v) for i, v in enumerate(filters.values())
+                              if not isinstance(v, bool))
+                params["p_like"] = "%" + like_escape(needle) + "%"
+                params["p_phrase"] = '"' + needle.replace('"', '""') + '"'
+            trigram = uow.store.features.reflexion_fts and len(needle) >= 3
+            exact, substring = find_statements(uow.dialect, signature, trigram)
+            rows = uow.connection.execute(exact, params).mappings().all()
+            if not rows:
+                rows = uow.connection.execute(substring, params).mappings().all()
+            return [ReflexionEntry.from_row(row) for row in rows]
 
     def update_reflexion_hit(self, id: str, success: bool = False) -> ReflexionEntry | None:
         """One more hit (and success): confidence is recalculated."""

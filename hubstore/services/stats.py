@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import column, func, select, table, update
+from sqlalchemy import column, func, literal, select, table, union_all, update
 
 from hubstore.models import Agent, AssignJob, DeadLetter, HumanRequest, Message, table_of
 from hubstore.services.base import Operations, const, resolve_now
@@ -26,13 +26,17 @@ _messages = table_of(Message)
 _requests = table_of(HumanRequest)
 
 
+_ONLINE = (select(literal("online_agents").label("name"), func.count().label("value"))
+           .select_from(table_of(Agent)).where(Agent.status == const("online")))
+# One statement, one round trip: the trigger-kept counters and the online agents.
+_FIGURES = union_all(select(hub_counters.c.name, hub_counters.c.value), _ONLINE)
+
+
 def counts(uow: UnitOfWork) -> dict[str, int]:
     """Every counter the figures need, in one or a few index-served queries."""
-    online = uow.connection.scalar(
-        select(func.count()).select_from(Agent).where(Agent.status == const("online"))) or 0
     if uow.store.features.counters:
-        rows = uow.connection.execute(select(hub_counters.c.name, hub_counters.c.value))
-        return {"online_agents": int(online), **{str(n): int(v) for n, v in rows}}
+        return {str(n): int(v) for n, v in uow.connection.execute(_FIGURES)}
+    online = uow.connection.execute(_ONLINE).one().value
     return {"online_agents": int(online), **plain_counts(uow)}
 
 
