@@ -51,6 +51,13 @@ _ASCII_LOWER = str.maketrans(_UPPER, _LOWER)
 _entries = table_of(ReflexionEntry)
 _by_confidence = (_entries.c.confidence.desc(), _entries.c.id)
 _INSERT = insert(_entries)
+_LOCK_COUNTS = (select(_entries.c.hit_count, _entries.c.success_count)
+                .where(_entries.c.id == bindparam("p_id")).with_for_update())
+_RECORD_HIT = (update(_entries).where(_entries.c.id == bindparam("p_id"))
+               .values(hit_count=bindparam("p_hits"), success_count=bindparam("p_successes"),
+                       last_hit_ms=bindparam("p_now"), updated_at_ms=bindparam("p_now"),
+                       confidence=bindparam("p_confidence"))
+               .returning(*_entries.c))
 
 
 def like_escape(value: str) -> str:
@@ -229,19 +236,17 @@ class ReflexionOps(Operations):
         """One more hit (and success): confidence is recalculated."""
         require_id(id, "id")
         with self.unit_of_work() as uow:
-            entry = uow.session.get(ReflexionEntry, id, with_for_update=True,
-                                    populate_existing=True)
-            if entry is None:
+            # Read under the row lock (SQLite: the write lock), then one guarded write.
+            counts = uow.connection.execute(_LOCK_COUNTS, {"p_id": id}).first()
+            if counts is None:
                 return None
-            hits = entry.hit_count + 1
-            successes = entry.success_count + (1 if success else 0)
+            hits = counts.hit_count + 1
+            successes = counts.success_count + (1 if success else 0)
             now = now_ms()
-            return uow.session.scalars(
-                update(ReflexionEntry).where(ReflexionEntry.id == id)
-                .values(hit_count=hits, success_count=successes, last_hit_ms=now,
-                        updated_at_ms=now, confidence=recalc(hits, successes))
-                .returning(ReflexionEntry),
-                execution_options={"populate_existing": True}).one()
+            row = uow.connection.execute(_RECORD_HIT, {
+                "p_id": id, "p_hits": hits, "p_successes": successes, "p_now": now,
+                "p_confidence": recalc(hits, successes)}).mappings().one()
+            return ReflexionEntry.from_row(row)
 
     def prune_reflexion(self, max_age_ms: int = THIRTY_DAYS_MS, min_confidence: float = 0.2,
                         now_ms: int | None = None) -> int:
