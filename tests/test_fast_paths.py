@@ -1,0 +1,81 @@
+"""The index-backed paths return exactly what the reference's plain queries return."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+
+from sqlalchemy import text
+
+from hubstore.reflexion import normalize_error
+from tests.factories import AgentFactory, MessageFactory, ReflexionEntryFactory
+
+# The reference's own poll query (hub/store.mjs: an OR over a JSON list scan), in SQL.
+REFERENCE_POLL = """
+    SELECT id FROM messages
+    WHERE to_agent = :agent
+       OR (substr(to_agent, 1, 6) = 'topic:' AND topic IN ({topics}))
+    ORDER BY created_at_ms DESC, id DESC
+    LIMIT :limit
+"""
+TOPIC_LIST = {"sqlite": "SELECT value FROM json_each(:topics)",
+              "postgresql": "SELECT jsonb_array_elements_text(CAST(:topics AS jsonb))"}
+
+
+def test_poll_equals_the_references_or_query(store, backend):
+    reference = text(REFERENCE_POLL.format(topics=TOPIC_LIST[backend]))
+    rng = random.Random(11)
+    agents = [f"agent-{i}" for i in range(6)]
+    for agent in agents:
+        AgentFactory(agent_id=agent, topics=rng.sample(["t.a", "t.b", "t.c", "t.d"], 2))
+    for _ in range(400):
+        if rng.random() < 0.4:
+            topic = rng.choice(["t.a", "t.b", "t.c", "t.d", "t.e"])
+            to_agent = rng.choice([f"topic:{topic}", f"TOPIC:{topic}", "topic:", topic])
+        else:
+            to_agent, topic = rng.choice([*agents, "someone"]), rng.choice(["t.a", "x"])
+        MessageFactory(to_agent=to_agent, topic=topic, created_at_ms=rng.randint(0, 60))
+    for agent in agents:
+        for limit in (1, 5, 20, 100):
+            for include in (None, ["t.e"], ["t.a", "t.b", "t.a"]):
+                topics = include or store.get_agent(agent).topics
+                with store.unit_of_work(write=False) as uow:
+                    expected = list(uow.connection.scalars(reference, {
+                        "agent": agent, "topics": json.dumps(topics), "limit": limit}))
+                got = [m.id for m in store.poll_for_agent(agent, limit, include)]
+                assert got == expected
+
+
+def _plain_find(store, needle, context):
+    """find_reflexion with the trigram index out of play: SQLite without the FTS5
+    prefilter; PostgreSQL with index and bitmap scans off (a sequential scan)."""
+    fast = store.features
+    store.features = dataclasses.replace(fast, reflexion_fts=False)
+    try:
+        with store.unit_of_work(write=False) as uow:
+            if uow.dialect == "postgresql":
+                uow.connection.execute(text("SET LOCAL enable_bitmapscan = off"))
+                uow.connection.execute(text("SET LOCAL enable_indexscan = off"))
+            return [e.id for e in uow.find_reflexion(needle, context)]
+    finally:
+        store.features = fast
+
+
+def test_pattern_search_with_and_without_the_trigram_index(store):
+    """The FTS5 / pg_trgm-backed search equals the plain LIKE scan."""
+    rng = random.Random(5)
+    words = ["TypeError", "cannot", "read", "x_1", "100%", "undefined", "ÉCHEC", "\\path",
+             "of", "ab", "Ab", "a\"b", "ключ"]
+    for _ in range(300):
+        message = " ".join(rng.choice(words) for _ in range(rng.randint(1, 6)))
+        ReflexionEntryFactory(error_pattern=normalize_error(message) or "x",
+                              context={"cli": rng.choice(["codex", "gemini"])},
+                              confidence=rng.random())
+    needles = ["cannot read", "CANNOT", "x_1", "100%", "échec", "ÉCHEC", "ab", "a\"b", "b",
+               "\\path", "ключ", "of undefined", "zzz", "typeerror: cannot read x_1 of"]
+    for needle in needles:
+        for context in (None, {"cli": "codex"}):
+            got = [e.id for e in store.find_reflexion(needle, context)]
+            assert got == _plain_find(store, needle, context), needle
+    assert any(store.find_reflexion(n) for n in needles)
