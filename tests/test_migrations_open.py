@@ -1,0 +1,91 @@
+"""HubStore.open without auto_migrate: a database not at head raises SchemaNotCurrent,
+names the command that fixes it, and is left exactly as it was."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import URL, make_url
+
+from hubstore import HubStore, migrations
+from hubstore.errors import SchemaNotCurrent
+from tests.reference_ddl import build_legacy, file_state, schema_objects, snapshot
+
+
+def _state(url: URL) -> Any:
+    """Everything that could change: the SQLite file and its neighbours, or the schema
+    and rows of a PostgreSQL database."""
+    if url.get_backend_name() == "sqlite":
+        assert url.database
+        path = Path(url.database)
+        return file_state(path) if path.exists() else None
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            objects = schema_objects(conn)
+            rows = snapshot(conn) if any(o[1] == "agents" for o in objects) else None
+            return objects, rows
+    finally:
+        engine.dispose()
+
+
+def _refused(url: URL) -> str:
+    before = _state(url)
+    with pytest.raises(SchemaNotCurrent) as raised:
+        HubStore.open(url)
+    assert raised.value.code == "SCHEMA_NOT_CURRENT"
+    assert _state(url) == before
+    return str(raised.value)
+
+
+def test_missing_sqlite_file_stays_missing(tmp_path: Path) -> None:
+    path = tmp_path / "not" / "yet" / "hub.db"
+    message = _refused(make_url(f"sqlite:///{path}"))
+    assert f"hubstore db upgrade --url 'sqlite:///{path}'" in message
+    assert "auto_migrate=True" in message
+    assert not (tmp_path / "not").exists()
+
+
+def test_new_database_is_not_created(empty_url: URL) -> None:
+    message = _refused(empty_url)
+    assert "has no hubstore revision" in message
+    assert "hubstore db upgrade" in message
+
+
+def test_database_behind_head_is_left_alone(empty_url: URL) -> None:
+    migrations.upgrade(empty_url, "0002")
+    message = _refused(empty_url)
+    assert f"is at revision 0002, not {migrations.head()} (head)" in message
+    assert migrations.current(empty_url) == "0002"
+
+
+@pytest.mark.parametrize("version", [3, 4])
+def test_legacy_database_is_not_adopted_without_auto_migrate(empty_url: URL,
+                                                             version: int) -> None:
+    build_legacy(empty_url, version)
+    assert "hubstore db upgrade" in _refused(empty_url)
+
+
+def test_wal_legacy_file_leaves_nothing_behind(tmp_path: Path) -> None:
+    """A WAL file (as the reference leaves it) gets no -wal/-shm files from the look."""
+    path = tmp_path / "triflux.db"
+    build_legacy(make_url(f"sqlite:///{path}"), 4, wal=True)
+    assert file_state(path)[0][18:20] == b"\x02\x02"
+    _refused(make_url(f"sqlite:///{path}"))
+
+
+def test_revision_of_a_newer_hubstore_is_named(empty_url: URL) -> None:
+    migrations.upgrade(empty_url)
+    engine = create_engine(empty_url)
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+    engine.dispose()
+    assert "newer hubstore" in _refused(empty_url)
+
+
+def test_database_at_head_opens(db_url: URL) -> None:
+    with HubStore.open(db_url) as store:
+        assert store.list_all_agents() == []
