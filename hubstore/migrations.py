@@ -263,20 +263,27 @@ def run_env(context: EnvironmentContext) -> None:
     sqlite = url.get_backend_name() == "sqlite"
     applied: list[str] = []
     with locked_connection(url, create=adopt) as conn:
-        if adopt:
-            _adopt(conn, ScriptDirectory.from_config(config))
+        script = ScriptDirectory.from_config(config)
+        at_head = _adopt(conn, script) if adopt else False
+        # Rows a legacy file already left dangling are its own business; a migration that
+        # leaves new ones is rolled back. Skipped on the usual path: opening at head.
+        dangling = None if not sqlite or at_head else _dangling_rows(conn)
         context.configure(
             connection=conn, target_metadata=metadata, include_object=include_object,
             render_as_batch=sqlite, transaction_per_migration=False, compare_type=True,
             on_version_apply=lambda step, **_: applied.append(step.up_revision_id or ""))
         with context.begin_transaction():
             context.run_migrations()
-        if sqlite and applied:
-            _check_foreign_keys(conn)
+        if dangling is not None and applied:
+            new = _dangling_rows(conn) - dangling
+            if new:
+                raise RuntimeError("a migration left rows without their parent row (rolled "
+                                   f"back): {sorted(new)[:10]}")
 
 
-def _adopt(conn: Connection, script: ScriptDirectory) -> None:
+def _adopt(conn: Connection, script: ScriptDirectory) -> bool:
     """Stamp a legacy triflux database with the revision of its layout, under the lock.
+    Returns whether the database is at head already.
 
     A revision this hubstore does not know (a newer hubstore's, or another application's
     Alembic sharing the database) is refused before anything is written.
@@ -290,18 +297,16 @@ def _adopt(conn: Connection, script: ScriptDirectory) -> None:
             "Alembic uses this database (give hubstore a database or schema of its own); "
             "nothing was changed")
     if heads:
-        return
+        return set(heads) == set(script.get_heads())
     revision = legacy_revision(conn)
     if revision is not None:
         MigrationContext.configure(conn).stamp(script, revision)
+    return False
 
 
-def _check_foreign_keys(conn: Connection) -> None:
-    """Refuse (and so roll back) a migration that left a child row without its parent."""
-    broken = conn.exec_driver_sql("PRAGMA foreign_key_check").fetchall()
-    if broken:
-        raise RuntimeError(
-            f"foreign key check failed after migrating (rolled back): {broken[:10]}")
+def _dangling_rows(conn: Connection) -> set[tuple[Any, ...]]:
+    """SQLite's foreign key violations: (table, rowid, parent table, key number)."""
+    return {tuple(row) for row in conn.exec_driver_sql("PRAGMA foreign_key_check")}
 
 
 def _cli_command(config: Config) -> str | None:

@@ -23,6 +23,7 @@ from tests.reference_ddl import (
     HUB_TABLES,
     REFERENCE_DDL,
     V4_ONLY,
+    affinity,
     build_sqlite_legacy,
     column_names,
     schema_objects,
@@ -200,6 +201,23 @@ def test_table_rebuild_under_the_migration_lock_keeps_child_rows(tmp_path: Path)
         assert rebuild_messages(conn) == 0
 
 
+def test_a_migration_that_leaves_dangling_rows_is_rolled_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    url = make_url(f"sqlite:///{tmp_path / 'hub.db'}")
+    migrations.upgrade(url, "0001")
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        schema = schema_objects(conn)
+    found = iter([set(), {("message_inbox", 1, "messages", 0)}])  # before, after
+    monkeypatch.setattr(migrations, "_dangling_rows", lambda conn: next(found))
+    with pytest.raises(RuntimeError, match="without their parent row"):
+        migrations.upgrade(url)
+    assert migrations.current(url) == "0001"
+    with engine.connect() as conn:
+        assert schema_objects(conn) == schema
+    engine.dispose()
+
+
 def test_sqlite_without_drop_column_rebuilds_and_keeps_the_descending_index(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     url = make_url(f"sqlite:///{tmp_path / 'hub.db'}")
@@ -215,20 +233,6 @@ def test_sqlite_without_drop_column_rebuilds_and_keeps_the_descending_index(
 
 
 # --- the reference's layout on disk (SQLite) -----------------------------------------
-
-def _affinity(declared: str) -> str:
-    """SQLite's type affinity rules (section 3.1 of its datatype documentation)."""
-    t = declared.upper()
-    if "INT" in t:
-        return "INTEGER"
-    if any(s in t for s in ("CHAR", "CLOB", "TEXT")):
-        return "TEXT"
-    if not t or "BLOB" in t:
-        return "BLOB"
-    if any(s in t for s in ("REAL", "FLOA", "DOUB")):
-        return "REAL"
-    return "NUMERIC"
-
 
 def _checks(sql: str) -> list[str]:
     found = []
@@ -250,7 +254,7 @@ def sqlite_layout(conn: sqlite3.Connection, ordered: bool = True) -> dict[str, A
     layout: dict[str, Any] = {}
     for table in (*HUB_TABLES, "_meta"):
         sql = conn.execute("SELECT sql FROM sqlite_master WHERE name = ?", (table,)).fetchone()[0]
-        columns = [(name, _affinity(kind), bool(notnull or pk), pk,
+        columns = [(name, affinity(kind), bool(notnull or pk), pk,
                     None if default is None else default.strip("()"))
                    for _, name, kind, notnull, default, pk in
                    conn.execute(f"PRAGMA table_info({table})")]
