@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -194,3 +195,23 @@ def test_alembic_upgrade_refuses_an_unknown_layout(tmp_path: Path) -> None:
     assert run.returncode != 0
     assert "UnknownSchema" in run.stderr
     assert file_state(partial) == before
+
+
+def test_alembic_offline_sql_builds_the_same_schema(tmp_path: Path) -> None:
+    """``alembic upgrade head --sql`` needs no database; its script makes what an online
+    upgrade makes (optional features are emitted, not probed)."""
+    run = alembic("-x", f"url=sqlite:///{tmp_path / 'never.db'}", "upgrade", "head", "--sql")
+    assert run.returncode == 0, run.stderr
+    assert not (tmp_path / "never.db").exists()
+    offline, online = tmp_path / "offline.db", tmp_path / "online.db"
+    with sqlite3.connect(offline) as conn:
+        conn.executescript(run.stdout)
+    migrations.upgrade(f"sqlite:///{online}")
+
+    def schema(path: Path) -> list[tuple[str, str, str]]:
+        with sqlite3.connect(path) as conn:
+            rows = conn.execute("SELECT type, name, sql FROM sqlite_master ORDER BY name")
+            return [(t, n, " ".join((sql or "").split())) for t, n, sql in rows]
+
+    assert schema(offline) == schema(online)
+    assert migrations.current(f"sqlite:///{offline}") == HEAD

@@ -137,15 +137,24 @@ def _sqlite_counters() -> None:
         op.execute(f"CREATE TRIGGER {name} {body}")
 
 
-def _sqlite_fts() -> None:
+def _optional(sql: str, error: type[Exception]) -> bool:
+    """Run ``sql`` in a savepoint if the database can; offline (``--sql``), emit it."""
+    if op.get_context().as_sql:
+        op.execute(sql)
+        return True
     bind = op.get_bind()
     try:
         with bind.begin_nested():
-            bind.exec_driver_sql(
-                "CREATE VIRTUAL TABLE reflexion_entries_fts USING fts5("
-                "error_pattern, content='reflexion_entries', content_rowid='rowid', "
-                "tokenize='trigram')")
-    except sa.exc.OperationalError:
+            bind.exec_driver_sql(sql)
+    except error:
+        return False
+    return True
+
+
+def _sqlite_fts() -> None:
+    if not _optional("CREATE VIRTUAL TABLE reflexion_entries_fts USING fts5("
+                     "error_pattern, content='reflexion_entries', content_rowid='rowid', "
+                     "tokenize='trigram')", sa.exc.OperationalError):
         return  # no FTS5 trigram tokenizer in this SQLite: the LIKE scan serves alone
     for name, body in FTS_TRIGGERS.items():
         op.execute(f"CREATE TRIGGER {name} {body}")
@@ -153,11 +162,7 @@ def _sqlite_fts() -> None:
 
 
 def _postgresql_trigram() -> None:
-    bind = op.get_bind()
-    try:
-        with bind.begin_nested():
-            bind.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS pg_trgm")
-    except sa.exc.DBAPIError:
+    if not _optional("CREATE EXTENSION IF NOT EXISTS pg_trgm", sa.exc.DBAPIError):
         return  # pg_trgm not available to this role: the plain scan serves alone
     op.execute(
         "CREATE INDEX ix_reflexion_pattern_trgm ON reflexion_entries USING gin "
