@@ -25,7 +25,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy import Connection, Engine, create_engine, inspect, text
-from sqlalchemy.engine import URL
+from sqlalchemy.dialects.postgresql import JSON, JSONB
+from sqlalchemy.engine import URL, Inspector
 from sqlalchemy.pool import NullPool
 
 from hubstore.engine import (
@@ -37,6 +38,7 @@ from hubstore.engine import (
     sqlite_path,
 )
 from hubstore.errors import SchemaNotCurrent, UnknownSchema
+from hubstore.jsontype import JSONText
 from hubstore.models import metadata
 
 HUB_TABLES = frozenset({
@@ -231,12 +233,29 @@ def legacy_revision(conn: Connection) -> str | None:
             text("SELECT value FROM _meta WHERE key = 'schema_version'")).scalar()
     columns = {c["name"] for c in inspector.get_columns("reflexion_entries")}
     has_v4 = columns >= V4_COLUMNS
-    if (version == "3" and not V4_COLUMNS & columns) or (version == "4" and has_v4):
-        return LEGACY_REVISIONS[version]
-    raise UnknownSchema(
-        f"the database has the hub tables but schema_version {version!r} with reflexion "
-        f"columns {sorted(V4_COLUMNS & columns)}; hubstore adopts triflux versions 3 and 4 "
-        "only (nothing was changed)")
+    if not ((version == "3" and not V4_COLUMNS & columns) or (version == "4" and has_v4)):
+        raise UnknownSchema(
+            f"the database has the hub tables but schema_version {version!r} with reflexion "
+            f"columns {sorted(V4_COLUMNS & columns)}; hubstore adopts triflux versions 3 and "
+            "4 only (nothing was changed)")
+    not_json = _text_json_columns(inspector) if conn.dialect.name != "sqlite" else []
+    if not_json:
+        raise UnknownSchema(
+            f"the JSON columns {', '.join(not_json)} are not JSON/JSONB, which hubstore "
+            "reads and writes on PostgreSQL; convert them (ALTER TABLE ... ALTER COLUMN "
+            "... TYPE jsonb USING ...::jsonb) and upgrade again (nothing was changed)")
+    return LEGACY_REVISIONS[version]
+
+
+def _text_json_columns(inspector: Inspector) -> list[str]:
+    """The models' JSON columns that a legacy PostgreSQL database holds as something else."""
+    wrong = []
+    for name in sorted(HUB_TABLES):
+        json_columns = {c.name for c in metadata.tables[name].columns
+                        if isinstance(c.type, JSONText)}
+        wrong += [f"{name}.{c['name']}" for c in inspector.get_columns(name)
+                  if c["name"] in json_columns and not isinstance(c["type"], JSON | JSONB)]
+    return wrong
 
 
 def include_object(obj: Any, name: str | None, type_: str, reflected: bool,

@@ -211,12 +211,13 @@ def reference_ddl(version: int, skip: Iterable[str] = ()) -> list[str]:
     return [s for s in statements(REFERENCE_DDL[version]) if _target(s) not in skipped]
 
 
-def postgresql_ddl(version: int, skip: Iterable[str] = ()) -> list[str]:
-    """The same layout translated to PostgreSQL types."""
+def postgresql_ddl(version: int, skip: Iterable[str] = (),
+                   json_type: str = "JSONB") -> list[str]:
+    """The same layout translated to PostgreSQL types (JSON columns as ``json_type``)."""
     translated = []
     for statement in reference_ddl(version, skip):
         for pattern, replacement in _PG_RULES:
-            statement = re.sub(pattern, replacement, statement)
+            statement = re.sub(pattern, replacement.replace("JSONB", json_type), statement)
         translated.append(statement)
     return translated
 
@@ -375,15 +376,16 @@ def build_sqlite_legacy(path: Path, version: int = 3, *, rows: bool = True,
 
 def build_postgresql_legacy(url: URL, version: int = 3, *, rows: bool = True,
                             skip: Iterable[str] = (),
-                            meta: Mapping[str, str | None] | None = None) -> None:
+                            meta: Mapping[str, str | None] | None = None,
+                            json_type: str = "JSONB") -> None:
     """The same legacy layout and rows in a PostgreSQL database."""
     engine = create_engine(url)
     try:
         with engine.begin() as conn:
-            for statement in postgresql_ddl(version, skip):
+            for statement in postgresql_ddl(version, skip, json_type):
                 conn.exec_driver_sql(statement)
             if rows:
-                _insert_all(conn, version, cast_json=True, skip=skip)
+                _insert_all(conn, version, cast_json=json_type != "TEXT", skip=skip)
             _apply_meta(conn, version, meta, skip)
     finally:
         engine.dispose()

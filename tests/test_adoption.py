@@ -182,6 +182,21 @@ def test_unknown_layouts_are_refused_and_left_byte_for_byte(
     assert _state(empty_url, engine) == before
 
 
+def test_postgresql_json_columns_kept_as_text_are_refused(postgres: Any) -> None:
+    """hubstore reads and writes JSONB there: TEXT would come back as unparsed strings."""
+    url = postgres.create()
+    engine = create_engine(url)
+    try:
+        build_legacy(url, 4, json_type="TEXT")
+        before = _state(url, engine)
+        with pytest.raises(UnknownSchema, match=r"agents\.capabilities_json, .* not JSON"):
+            migrations.upgrade(url)
+        assert _state(url, engine) == before
+    finally:
+        engine.dispose()
+        postgres.drop(url)
+
+
 def test_another_applications_alembic_version_is_refused(
         empty_url: URL, engine: Engine) -> None:
     """A shared database whose alembic_version belongs to someone else is left alone."""
