@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Engine, inspect
 from sqlalchemy.engine import URL
 
+from hubstore.connections import ConnectionSource
 from hubstore.engine import create_hub_engine, resolve_url
 from hubstore.services.agents import AgentOps
 from hubstore.services.assign_hub import AssignHubOps
@@ -60,6 +61,7 @@ class HubStore(
         self.url: URL = engine.url
         self.assign_listeners: list[AssignListener] = []
         self.features = Features.detect(engine)
+        self.connections = ConnectionSource(engine)
 
     @classmethod
     def open(cls, url: str | URL | None = None, *, auto_migrate: bool = False,
@@ -98,7 +100,7 @@ class HubStore(
 
     def close(self) -> None:
         """Release every connection."""
-        self.engine.dispose()
+        self.connections.close()
 
     def __enter__(self) -> HubStore:
         return self

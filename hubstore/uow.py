@@ -53,7 +53,7 @@ class UnitOfWork(
     def __enter__(self) -> UnitOfWork:
         if self._transaction is not None or self._events:
             raise RuntimeError("a unit of work can be entered only once")
-        connection = self.store.engine.connect()
+        connection = self.store.connections.acquire()
         if self.dialect == "sqlite":
             mode = "IMMEDIATE" if self._write else "DEFERRED"
             connection = connection.execution_options(**{BEGIN_MODE: mode})
@@ -92,7 +92,7 @@ class UnitOfWork(
         finally:
             if session is not None:
                 session.close()
-            self.connection.close()
+            self.store.connections.release(self.connection)
         if exc_type is None:
             self._publish()
 

@@ -74,3 +74,38 @@ def test_a_unit_of_work_cannot_be_entered_twice(store):
         pass
     with pytest.raises(RuntimeError), uow:
         pass
+
+
+def test_threads_share_a_store_safely(store):
+    import threading
+
+    errors: list[BaseException] = []
+
+    def work(t: int) -> None:
+        try:
+            for i in range(40):
+                store.register_agent(f"t{t}-{i}", "codex")
+                with store.unit_of_work() as uow:
+                    uow.refresh_lease(f"t{t}-{i}")
+        except BaseException as exc:  # reported to the test below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert len(store.list_all_agents()) == 160
+
+
+def test_a_failed_statement_leaves_the_connection_usable(store):
+    from sqlalchemy import text
+    from sqlalchemy.exc import IntegrityError
+
+    with pytest.raises(IntegrityError), store.unit_of_work() as uow:
+        uow.connection.execute(text(
+            "INSERT INTO agents (agent_id, cli, last_seen_ms, lease_expires_ms, status) "
+            "VALUES ('x', 'nope', 1, 1, 'online')"))
+    store.register_agent("y", "codex")
+    assert [a.agent_id for a in store.list_all_agents()] == ["y"]
