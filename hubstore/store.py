@@ -31,17 +31,18 @@ AssignListener = Callable[[dict[str, Any], "AssignJob"], object]
 
 @dataclass(frozen=True)
 class Features:
-    """Optional schema support that revision 0003 installs where the database has it."""
+    """Optional schema support that revisions 0003 and 0004 install where the database
+    has it: trigger-kept counters (deltas too on PostgreSQL), SQLite's FTS5 trigram index."""
 
     counters: bool = False
+    counter_deltas: bool = False
     reflexion_fts: bool = False
 
     @classmethod
     def detect(cls, engine: Engine) -> Features:
-        if engine.dialect.name != "sqlite":
-            return cls()
         names = set(inspect(engine).get_table_names())
         return cls(counters="hub_counters" in names,
+                   counter_deltas="hub_counter_deltas" in names,
                    reflexion_fts="reflexion_entries_fts" in names)
 
 

@@ -89,3 +89,25 @@ def test_counters_survive_the_references_insert_or_replace(store, backend):
 def _assert_counters_match(store):
     with store.unit_of_work(write=False) as uow:
         assert counts(uow) | {"online_agents": 0} == plain_counts(uow) | {"online_agents": 0}
+
+
+def test_postgresql_deltas_fold_into_the_counters(store, backend, monkeypatch):
+    if backend != "postgresql":
+        assert not store.features.counter_deltas  # SQLite's row triggers need no fold
+        return
+    from hubstore.services import stats
+
+    monkeypatch.setattr(stats, "FOLD_AT", 5)
+    for i in range(12):
+        store.audit_log("event", "a", "b", "t", priority=1 + i % 9)
+    store.create_assign("lead", "w")
+    with store.unit_of_work(write=False) as uow:
+        pending = uow.connection.scalar(text("SELECT count(*) FROM hub_counter_deltas"))
+    assert pending >= 5
+    before = store.get_hub_stats()  # reads, then folds
+    with store.unit_of_work(write=False) as uow:
+        assert uow.connection.scalar(text("SELECT count(*) FROM hub_counter_deltas")) == 0
+    assert store.get_hub_stats() == before == {
+        "online_agents": 0, "total_messages": 12, "active_assign_jobs": 1, "urgent": 3,
+        "normal": 9, "dlq": 0}
+    _assert_counters_match(store)
