@@ -49,7 +49,8 @@ def test_upgrade_current_downgrade_history(empty_url: URL) -> None:
     assert hubstore("current", url=empty_url).output == f"{HEAD} (head)\n"
 
     lines = hubstore("history", url=empty_url).output.splitlines()
-    assert [line.split()[0] for line in lines] == ["0001", "0002", HEAD]
+    revisions = [r.revision for r in migrations.script_directory().walk_revisions()]
+    assert [line.split()[0] for line in lines] == revisions[::-1]
     assert lines[-1].endswith(" (head) (current)")
 
     result = hubstore("downgrade", "0002", url=empty_url)
