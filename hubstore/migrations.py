@@ -45,7 +45,8 @@ HUB_TABLES = frozenset({
     "agents", "messages", "message_inbox", "human_requests", "dead_letters", "assign_jobs",
     "pipeline_state", "reflexion_entries",
 })
-#: The reference's version table; on its own it is a legacy file's leftover, not a hub.
+#: The reference's version table. Found without the hub tables, it is a partial hub (or
+#: another application's table of that name): refused, like any partial hub.
 META_TABLE = "_meta"
 #: Legacy `_meta.schema_version` -> the revision that has exactly that layout.
 LEGACY_REVISIONS = {"3": "0001", "4": "0002"}
@@ -108,10 +109,9 @@ def upgrade(url: URL | str | None = None, revision: str = "head") -> None:
 
 
 def downgrade(url: URL | str | None, revision: str) -> None:
-    """Migrate down to ``revision`` ("base" removes every hub table)."""
-    resolved = resolve_url(url)
-    _require_sqlite_file(resolved)
-    alembic.command.downgrade(alembic_config(resolved), revision)
+    """Migrate down to ``revision`` ("base" removes every hub table). A missing SQLite
+    file raises FileNotFoundError (it is not created)."""
+    alembic.command.downgrade(alembic_config(url), revision)
 
 
 def current(url: URL | str | None = None) -> str | None:
