@@ -7,6 +7,7 @@ in a database of the test's own that also holds another application's tables.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from hubstore.models import (
 from tests.reference_ddl import (
     HUB_TABLES,
     JSON_COLUMNS,
+    PRIMARY_KEYS,
     V4_ONLY,
     add_other_application,
     affinity,
@@ -55,7 +57,7 @@ MODELS: dict[str, type[Base]] = {
 
 
 @pytest.fixture
-def engine(empty_url: URL) -> Any:
+def engine(empty_url: URL) -> Iterator[Engine]:
     eng = create_engine(empty_url)
     yield eng
     eng.dispose()
@@ -87,6 +89,10 @@ def test_adoption_keeps_every_row_and_other_applications_tables(
     with engine.connect() as conn:
         legacy_columns = column_names(conn)
         before = snapshot(conn)
+    rows = legacy_rows(version)
+    del rows["_meta"]
+    rows["message_inbox"] = [row | {"delivery_id": n}  # AUTOINCREMENT gave 1, 2, 3
+                             for n, row in enumerate(rows["message_inbox"], start=1)]
 
     with HubStore.open(empty_url, auto_migrate=True) as store:
         assert migrations.current(empty_url) == migrations.head()
@@ -95,26 +101,20 @@ def test_adoption_keeps_every_row_and_other_applications_tables(
             assert conn.execute(text("SELECT key, value FROM _meta")).all() == [
                 ("schema_version", "4")]
             assert conn.execute(text("SELECT count(*) FROM alembic_version")).scalar() == 1
-        for table, rows in legacy_rows(version).items():
-            if table == "_meta":
-                continue
-            model = MODELS[table]
-            pk_column = next(iter(model.__table__.primary_key.columns)).name
-            for number, row in enumerate(rows, start=1):
-                pk = number if table == "message_inbox" else row[pk_column]
-                got = _read_through_models(store.engine, table, pk)
-                assert got == _expected(table, row | {"delivery_id": pk}
-                                        if table == "message_inbox" else row)
+        for table, table_rows in rows.items():
+            for row in table_rows:
+                got = _read_through_models(store.engine, table, row[PRIMARY_KEYS[table]])
+                assert got == _expected(table, row)
         # the store keeps working: counters start from the adopted rows, sequences go on
-        assert store.get_hub_stats()["total_messages"] == len(legacy_rows(version)["messages"])
+        assert store.get_hub_stats()["total_messages"] == len(rows["messages"])
         store.audit_log(type="event", from_agent="a", to_agent="b", topic="t")
-        assert store.get_hub_stats()["total_messages"] == len(legacy_rows(version)["messages"]) + 1
+        assert store.get_hub_stats()["total_messages"] == len(rows["messages"]) + 1
         with store.unit_of_work() as uow:
-            inbox = MessageInbox(message_id=legacy_rows(version)["messages"][1]["id"],
-                                 agent_id="late", attempts=0)
+            inbox = MessageInbox(message_id=rows["messages"][1]["id"], agent_id="late",
+                                 attempts=0)
             uow.session.add(inbox)
             uow.session.flush()
-            assert inbox.delivery_id == len(legacy_rows(version)["message_inbox"]) + 1
+            assert inbox.delivery_id == len(rows["message_inbox"]) + 1
 
     assert other_application_rows(empty_url) == others
     with HubStore.open(empty_url) as reopened:  # the stamp was committed: adoption sticks
