@@ -103,6 +103,8 @@ def is_known(revision: str, script: ScriptDirectory | None = None) -> bool:
 
 def upgrade(url: URL | str | None = None, revision: str = "head") -> None:
     """Migrate up to ``revision``, adopting a legacy triflux database first."""
+    if revision == "head" and current(url) == head():
+        return  # the usual start: nothing to lock, load or run
     config = alembic_config(url)
     config.attributes["hubstore_adopt"] = True
     alembic.command.upgrade(config, revision)
