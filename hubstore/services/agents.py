@@ -11,7 +11,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from hubstore.ids import now_ms, uuidv7
 from hubstore.models import AGENT_CLIS, AGENT_STATUSES, Agent, table_of
 from hubstore.results import Lease
-from hubstore.services.base import Operations, natural_order, resolve_now, upsert
+from hubstore.services.base import Operations, natural_order, resolve_now, update_row, upsert
 from hubstore.validation import (
     json_list,
     json_object,
@@ -96,10 +96,8 @@ class AgentOps(Operations):
         require_id(agent_id, "agent_id")
         topic_list = string_list(topics, "topics")
         with self.unit_of_work() as uow:
-            result = uow.connection.execute(
-                update(_agents).where(_agents.c.agent_id == agent_id)
-                .values(topics_json=topic_list, last_seen_ms=now_ms()))
-            return bool(result.rowcount)
+            return update_row(uow, _agents, agent_id, topics_json=topic_list,
+                              last_seen_ms=now_ms())
 
     def list_online_agents(self) -> list[Agent]:
         """Agents that are not offline (stale ones count)."""
@@ -147,6 +145,4 @@ class AgentOps(Operations):
         require_id(agent_id, "agent_id")
         require_enum(status, AGENT_STATUSES, "status")
         with self.unit_of_work() as uow:
-            result = uow.connection.execute(
-                update(_agents).where(_agents.c.agent_id == agent_id).values(status=status))
-            return bool(result.rowcount)
+            return update_row(uow, _agents, agent_id, status=status)

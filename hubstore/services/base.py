@@ -5,7 +5,7 @@ from __future__ import annotations
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import ColumnElement, Table, literal, literal_column
+from sqlalchemy import ColumnElement, Table, literal, literal_column, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 if TYPE_CHECKING:
@@ -49,3 +49,10 @@ def resolve_now(value: int | None) -> int:
     from hubstore.validation import require_int
 
     return now_ms() if value is None else require_int(value, "now_ms")
+
+
+def update_row(uow: UnitOfWork, table: Table, key: str, **values: Any) -> bool:
+    """UPDATE the row whose primary key is ``key``; True when there was one."""
+    (key_column,) = table.primary_key.columns
+    result = uow.connection.execute(update(table).where(key_column == key).values(**values))
+    return bool(result.rowcount)

@@ -8,7 +8,7 @@ from sqlalchemy import select, update
 
 from hubstore.ids import now_ms, uuidv7
 from hubstore.models import HUMAN_DEFAULT_ACTIONS, HUMAN_KINDS, HUMAN_STATES, HumanRequest, table_of
-from hubstore.services.base import Operations, natural_order, resolve_now
+from hubstore.services.base import Operations, natural_order, resolve_now, update_row
 from hubstore.validation import (
     json_value,
     optional_id,
@@ -60,10 +60,7 @@ class HumanRequestOps(Operations):
         require_enum(state, HUMAN_STATES, "state")
         json_value(response, "response")
         with self.unit_of_work() as uow:
-            result = uow.connection.execute(
-                update(_requests).where(_requests.c.request_id == request_id)
-                .values(state=state, response_json=response))
-            return bool(result.rowcount)
+            return update_row(uow, _requests, request_id, state=state, response_json=response)
 
     def get_pending_human_requests(self) -> list[HumanRequest]:
         """Every pending request."""

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Select, bindparam, insert, select, text, union_all, update
+from sqlalchemy import Select, bindparam, insert, select, text, union_all
 
 from hubstore.ids import now_ms, uuidv7
 from hubstore.models import MESSAGE_STATUSES, MESSAGE_TYPES, Agent, Message, table_of
-from hubstore.services.base import Operations
+from hubstore.services.base import Operations, update_row
 from hubstore.validation import (
     as_number,
     json_value,
@@ -129,9 +129,7 @@ class MessageOps(Operations):
         require_id(id, "id")
         require_enum(status, MESSAGE_STATUSES, "status")
         with self.unit_of_work() as uow:
-            result = uow.connection.execute(
-                update(_messages).where(_messages.c.id == id).values(status=status))
-            return bool(result.rowcount)
+            return update_row(uow, _messages, id, status=status)
 
     def poll_for_agent(self, agent_id: str, max_messages: object = DEFAULT_POLL,
                        include_topics: Iterable[str] | None = None) -> list[Message]:
