@@ -71,7 +71,22 @@ _STATUS_ALIASES = {
 _REPORTABLE = frozenset({"running", "succeeded", "failed", "timed_out"})
 
 
-def normalize_status(status: object, metadata: Mapping[str, Any] | None = None) -> str:
+def result_tag(metadata: object) -> str | None:
+    """The reference's ``metadata.result ?? metadata.status ?? metadata.outcome``.
+
+    Only the first of the three that is set counts (a later one does not override
+    it); a tag that is not a string, or metadata that is not a mapping, matches nothing.
+    """
+    if not isinstance(metadata, Mapping):
+        return None
+    for field in ("result", "status", "outcome"):
+        tag = metadata.get(field)
+        if tag is not None:
+            return tag.strip().lower() if isinstance(tag, str) else None
+    return None
+
+
+def normalize_status(status: object, metadata: object = None) -> str:
     """A worker's reported status, as the hub understands it.
 
     in_progress -> running, timeout -> timed_out, error -> failed, success -> succeeded;
@@ -82,13 +97,11 @@ def normalize_status(status: object, metadata: Mapping[str, Any] | None = None) 
         raise ValidationError(f"status must be a string, got {status!r}")
     key = status.strip().lower()
     if key == "completed":
-        for field in ("result", "status", "outcome"):
-            tag = (metadata or {}).get(field)
-            tag = tag.strip().lower() if isinstance(tag, str) else None
-            if tag in ("failed", "error"):
-                return "failed"
-            if tag in ("timed_out", "timeout"):
-                return "timed_out"
+        tag = result_tag(metadata)
+        if tag in ("failed", "error"):
+            return "failed"
+        if tag in ("timed_out", "timeout"):
+            return "timed_out"
         return "succeeded"
     key = _STATUS_ALIASES.get(key, key)
     if key not in _REPORTABLE:
@@ -186,7 +199,8 @@ def retry_patch(current: Mapping[str, Any], patch: Mapping[str, Any], now: int
     """The patch that re-queues a job for its next attempt (the reference's retry)."""
     retry_count = patch.get("retry_count")
     attempt = patch.get("attempt")
-    timeout = clamp_timeout(patch.get("timeout_ms") or current["timeout_ms"],
+    timeout_ms = patch.get("timeout_ms")
+    timeout = clamp_timeout(current["timeout_ms"] if timeout_ms is None else timeout_ms,
                             current["timeout_ms"])
     next_attempt = as_number(attempt if attempt is not None else current["attempt"] + 1)
     return {

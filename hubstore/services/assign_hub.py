@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select
 
 from hubstore import assign_rules as rules
 from hubstore.errors import AssignNotFound, RetryExhausted, StaleAttempt, WorkerMismatch
-from hubstore.models import AssignJob, Message
+from hubstore.ids import now_ms
+from hubstore.models import AssignJob, Message, table_of
 from hubstore.results import AssignOutcome
-from hubstore.services.assigns import lock_job, move, retry
+from hubstore.services.assigns import lock_job, move, retry, write_guarded
 from hubstore.services.base import Operations, const, resolve_now
 from hubstore.validation import json_value, optional_int, require_id, require_text
 
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from hubstore.uow import UnitOfWork
 
 EVENT_TOPIC = "assign.result"
+_jobs = table_of(AssignJob)
 
 
 def dispatch(uow: UnitOfWork, job: AssignJob, reason: str) -> AssignJob:
@@ -34,27 +36,43 @@ def dispatch(uow: UnitOfWork, job: AssignJob, reason: str) -> AssignJob:
             "supervisor_agent": job.supervisor_agent, "worker_agent": job.worker_agent,
             "task": job.task, "payload": job.payload,
         })
-    return uow.session.scalars(
-        update(AssignJob).where(AssignJob.job_id == job.job_id)
-        .values(last_message_id=message.id).returning(AssignJob),
-        execution_options={"populate_existing": True}).one()
+    return write_guarded(uow, job, {"last_message_id": message.id, "updated_at_ms": now_ms()})
+
+
+#: The job fields of a supervisor event (the reference's buildAssignSnapshot).
+SNAPSHOT_FIELDS = (
+    "job_id", "supervisor_agent", "worker_agent", "topic", "task", "status", "attempt",
+    "retry_count", "max_retries", "timeout_ms", "deadline_ms", "trace_id", "correlation_id",
+    "last_message_id", "result", "error", "updated_at_ms", "completed_at_ms",
+)
+
+
+def job_snapshot(job: AssignJob) -> dict[str, Any]:
+    """The job as the reference shows it in events."""
+    return {name: getattr(job, name) for name in SNAPSHOT_FIELDS}
 
 
 def notify_supervisor(uow: UnitOfWork, job: AssignJob, event: str,
                       **extra: Any) -> Message:
-    """Record the event message from the worker to the supervisor."""
+    """Record the event message from the worker to the supervisor.
+
+    As in the reference: payload {event, the job's snapshot, extra}, priority at least
+    5, the job's ttl, on the job's trace and correlation ids.
+    """
     return uow.audit_log(
         type="event", from_agent=job.worker_agent, to_agent=job.supervisor_agent,
-        topic=EVENT_TOPIC, priority=job.priority, trace_id=job.trace_id,
-        correlation_id=job.correlation_id,
-        payload={"kind": EVENT_TOPIC, "event": event, "assign_job_id": job.job_id,
-                 "attempt": job.attempt, "status": job.status, "job": job.to_dict(), **extra})
+        topic=EVENT_TOPIC, priority=max(5, job.priority), ttl_ms=job.ttl_ms,
+        trace_id=job.trace_id, correlation_id=job.correlation_id,
+        payload={"event": event, **job_snapshot(job), **extra})
 
 
 def finish(uow: UnitOfWork, job: AssignJob, target: str, patch: dict[str, Any],
-           requested_by: str) -> AssignOutcome:
-    """Make a locked job terminal; a failure with retries left is retried instead."""
-    if job.status == target:  # the same report again: nothing changes
+           requested_by: str, **completed_extra: Any) -> AssignOutcome:
+    """Make a locked job terminal; a failure with retries left is retried instead.
+
+    The same terminal report again changes nothing and records nothing.
+    """
+    if job.status == target:
         return AssignOutcome(job, "completed")
     job = move(uow, job, target, patch)
     if target != "succeeded" and job.retry_count < job.max_retries:
@@ -62,7 +80,18 @@ def finish(uow: UnitOfWork, job: AssignJob, target: str, patch: dict[str, Any],
         event = notify_supervisor(uow, job, "retry_scheduled", retry_reason=target,
                                   requested_by=requested_by)
         return AssignOutcome(job, "retry_scheduled", event)
-    return AssignOutcome(job, "completed", notify_supervisor(uow, job, "completed"))
+    return AssignOutcome(job, "completed",
+                         notify_supervisor(uow, job, "completed", **completed_extra))
+
+
+#: The worker's next queued job, locked; PostgreSQL skips rows that other claimers hold
+#: (SQLite renders no FOR UPDATE: the claim runs under its database write lock).
+_NEXT_QUEUED = (
+    select(_jobs)
+    .where(_jobs.c.worker_agent == bindparam("p_worker"), _jobs.c.status == const("queued"))
+    .order_by(_jobs.c.priority.desc(), _jobs.c.created_at_ms, _jobs.c.job_id)
+    .limit(1)
+    .with_for_update(skip_locked=True))
 
 
 class AssignHubOps(Operations):
@@ -80,9 +109,12 @@ class AssignHubOps(Operations):
                              metadata: dict[str, Any] | None = None) -> AssignOutcome:
         """A worker's report: progress, a final result, or a failure that may be retried.
 
+        As in the reference, the report's result and error replace the job's (progress
+        included), progress moves the deadline to now + timeout (and starts a queued
+        job), and a retry scheduled here names the worker as ``requested_by``.
         Raises AssignNotFound, WorkerMismatch, StaleAttempt (a result from an earlier
         attempt) or IllegalTransition. Repeating the report that finished the job is a
-        no-op.
+        no-op: nothing is written or recorded.
         """
         require_id(job_id, "job_id")
         target = rules.normalize_status(status, metadata)
@@ -103,12 +135,12 @@ class AssignHubOps(Operations):
                 raise StaleAttempt(
                     f"assign job {job_id} is on attempt {job.attempt}; "
                     f"a result for attempt {attempt} is stale")
-            if target == "running":
-                timeout = job.timeout_ms
-                job = move(uow, job, "running",
-                           {"deadline_ms": resolve_now(None) + timeout})
+            patch = {"result": result, "error": error}
+            if target == "running":  # progress (or the start of a queued job)
+                patch["deadline_ms"] = resolve_now(None) + job.timeout_ms
+                job = move(uow, job, "running", patch)
                 return AssignOutcome(job, "progress", notify_supervisor(uow, job, "progress"))
-            return finish(uow, job, target, {"result": result, "error": error}, "worker")
+            return finish(uow, job, target, patch, worker_agent or job.worker_agent)
 
     def schedule_assign_retry(self, job_id: str, reason: str = "manual",
                               requested_by: str = "manual") -> AssignJob:
@@ -129,23 +161,25 @@ class AssignHubOps(Operations):
             return job
 
     def sweep_timed_out_assigns(self, now_ms: int | None = None) -> dict[str, int]:
-        """Queued or running jobs past their deadline time out, and are retried while
-        retries remain. A job retried here is not swept again by the same call."""
+        """Queued or running jobs whose deadline is at or before ``now_ms`` time out,
+        and are retried while retries remain. A job retried here is not swept again
+        by the same call (the due jobs are chosen once, up front)."""
         now = resolve_now(now_ms)
         timed_out = retried = 0
+        c = _jobs.c
         with self.unit_of_work() as uow:
-            due = (select(AssignJob.job_id)
-                   .where(AssignJob.status.in_([const(s) for s in rules.ACTIVE]),
-                          AssignJob.deadline_ms.is_not(None), AssignJob.deadline_ms < now)
-                   .order_by(AssignJob.deadline_ms, AssignJob.job_id))
-            if uow.dialect == "postgresql":
-                due = due.with_for_update(skip_locked=True)
-            for job_id in list(uow.session.scalars(due)):
-                job = lock_job(uow, job_id)
-                if job is None or job.status not in rules.ACTIVE:
-                    continue
-                outcome = finish(uow, job, "timed_out",
-                                 {"error": job.error or rules.TIMED_OUT_ERROR}, "sweeper")
+            # The due rows, read (and on PostgreSQL locked, skipping rows that a worker
+            # holds right now) once: a job retried below is not due again in this call.
+            due = (select(_jobs)
+                   .where(c.status.in_([const(s) for s in rules.ACTIVE]),
+                          c.deadline_ms.is_not(None), c.deadline_ms <= now)
+                   .order_by(c.deadline_ms, c.job_id)
+                   .with_for_update(skip_locked=True))
+            for row in uow.connection.execute(due).mappings().all():
+                job = AssignJob.from_row(row)
+                error = rules.TIMED_OUT_ERROR if job.error is None else job.error
+                outcome = finish(uow, job, "timed_out", {"error": error}, "sweeper",
+                                 completion_reason="timed_out")
                 timed_out += 1
                 retried += outcome.event == "retry_scheduled"
         return {"timed_out": timed_out, "retried": retried}
@@ -158,17 +192,6 @@ class AssignHubOps(Operations):
         """
         require_id(worker_agent, "worker_agent")
         with self.unit_of_work() as uow:
-            pick = (select(AssignJob.job_id)
-                    .where(AssignJob.worker_agent == worker_agent,
-                           AssignJob.status == const("queued"))
-                    .order_by(AssignJob.priority.desc(), AssignJob.created_at_ms,
-                              AssignJob.job_id)
-                    .limit(1))
-            if uow.dialect == "postgresql":
-                pick = pick.with_for_update(skip_locked=True)
-            job_id = uow.session.scalar(pick)
-            if job_id is None:
-                return None
-            job = lock_job(uow, job_id)
-            assert job is not None
-            return move(uow, job, "running", {})
+            row = uow.connection.execute(_NEXT_QUEUED, {"p_worker": worker_agent}
+                                         ).mappings().first()
+            return None if row is None else move(uow, AssignJob.from_row(row), "running", {})

@@ -3,19 +3,24 @@
 Every move locks the row (SELECT ... FOR UPDATE on PostgreSQL; SQLite's writing units
 of work hold the database write lock from BEGIN IMMEDIATE), checks the transition table,
 and writes with a compare-and-set UPDATE guarded by the status and attempt it read.
+
+Rows are read and written with Core statements built once, and handed out as transient
+``AssignJob`` instances (``from_row``): on SQLite every write holds the one database
+write lock, so the time spent inside it is what limits many processes.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import bindparam, insert, select, update
 
 from hubstore import assign_rules as rules
 from hubstore.errors import HubStoreError
 from hubstore.ids import now_ms, uuidv7
-from hubstore.models import ASSIGN_STATUSES, AssignJob
+from hubstore.models import ASSIGN_STATUSES, AssignJob, table_of
 from hubstore.services.base import Operations
 from hubstore.validation import (
     as_number,
@@ -30,8 +35,21 @@ from hubstore.validation import (
 if TYPE_CHECKING:
     from hubstore.uow import UnitOfWork
 
-_jobs = AssignJob.__table__
-_COLUMNS = [attr.key for attr in AssignJob.__mapper__.column_attrs]
+_jobs = table_of(AssignJob)
+#: Attribute key -> column name (they differ for the JSON columns: payload -> payload_json).
+_NAME_OF: dict[str, str] = {
+    attr.key: str(attr.columns[0].name) for attr in AssignJob.__mapper__.column_attrs}
+_COLUMNS = list(_NAME_OF)
+
+_SELECT = select(_jobs).where(_jobs.c.job_id == bindparam("p_job_id"))
+_LOCK = _SELECT.with_for_update()  # SQLite renders no FOR UPDATE: its write lock serves
+_INSERT = insert(_jobs).returning(*_jobs.c)
+#: The guarded compare-and-set; the SET columns are the other parameters, by name.
+_CAS = (update(_jobs)
+        .where(_jobs.c.job_id == bindparam("p_job_id"),
+               _jobs.c.status == bindparam("p_status"),
+               _jobs.c.attempt == bindparam("p_attempt"))
+        .returning(*_jobs.c))
 
 
 class ConcurrentUpdate(HubStoreError):
@@ -41,13 +59,46 @@ class ConcurrentUpdate(HubStoreError):
 
 
 def snapshot(job: AssignJob) -> dict[str, Any]:
-    """The job's attributes as a plain mapping."""
+    """The job's attributes as a plain mapping (listeners get a copy made from it, the
+    row as it was at that move)."""
     return {key: getattr(job, key) for key in _COLUMNS}
+
+
+def by_column(values: dict[str, Any]) -> dict[str, Any]:
+    """Attribute-keyed values keyed by column name, as Core parameters."""
+    return {_NAME_OF[key]: value for key, value in values.items()}
+
+
+def frozen_copy(job: AssignJob) -> AssignJob:
+    """A copy of the row as it is now, for a listener: what it is told about must not
+    change when a later move in the same unit of work, or the caller, changes the job."""
+    return AssignJob.from_row(by_column(copy.deepcopy(snapshot(job))))
 
 
 def lock_job(uow: UnitOfWork, job_id: str) -> AssignJob | None:
     """The job, freshly read and locked for this transaction."""
-    return uow.session.get(AssignJob, job_id, with_for_update=True, populate_existing=True)
+    row = uow.connection.execute(_LOCK, {"p_job_id": job_id}).mappings().first()
+    return None if row is None else AssignJob.from_row(row)
+
+
+def write_guarded(uow: UnitOfWork, job: AssignJob, changes: dict[str, Any]) -> AssignJob:
+    """UPDATE the job's ``changes`` where it still has the status and attempt read in
+    ``job``; ConcurrentUpdate when it does not (the row lock makes that a bug)."""
+    params = by_column(changes)
+    params.update(p_job_id=job.job_id, p_status=job.status, p_attempt=job.attempt)
+    row = uow.connection.execute(_CAS, params).mappings().one_or_none()
+    if row is None:
+        raise ConcurrentUpdate(f"assign job {job.job_id} changed while it was being moved")
+    return AssignJob.from_row(row)
+
+
+def _same(old: Any, new: Any) -> bool:
+    """Whether writing ``new`` over ``old`` changes nothing (True is not 1 here)."""
+    if old is new:
+        return True
+    if type(old) is not type(new) or isinstance(new, dict | list):
+        return False
+    return bool(old == new)
 
 
 def check_patch_values(patch: dict[str, Any]) -> None:
@@ -69,16 +120,11 @@ def move(uow: UnitOfWork, job: AssignJob, target: str, patch: dict[str, Any], *,
         return job
     before = snapshot(job)
     values = rules.next_values(before, target, patch, now_ms())
-    updated = uow.session.scalars(
-        update(AssignJob)
-        .where(AssignJob.job_id == job.job_id, AssignJob.status == before["status"],
-               AssignJob.attempt == before["attempt"])
-        .values(values).returning(AssignJob),
-        execution_options={"populate_existing": True}).one_or_none()
-    if updated is None:
-        raise ConcurrentUpdate(f"assign job {job.job_id} changed while it was being moved")
+    changes = {key: value for key, value in values.items() if not _same(before[key], value)}
+    changes.update(status=target, updated_at_ms=values["updated_at_ms"])
+    updated = write_guarded(uow, job, changes)
     if before["status"] != target:
-        uow.emit_assign_event(rules.status_event(snapshot(updated)), updated)
+        uow.emit_assign_event(rules.status_event(snapshot(updated)), frozen_copy(updated))
     return updated
 
 
@@ -134,15 +180,16 @@ class AssignOps(Operations):
                 "completed_at_ms": now if status in rules.TERMINAL else None,
                 "last_retry_at_ms": now if retries > 0 else None,
             }
-            job = uow.session.scalars(
-                insert(AssignJob).values(row).returning(AssignJob)).one()
-            uow.emit_assign_event(rules.status_event(row), job)
+            job = AssignJob.from_row(
+                uow.connection.execute(_INSERT, by_column(row)).mappings().one())
+            uow.emit_assign_event(rules.status_event(row), frozen_copy(job))
             return job
 
     def get_assign(self, job_id: str) -> AssignJob | None:
         """The job, or None."""
         with self.unit_of_work(write=False) as uow:
-            return uow.session.get(AssignJob, job_id, populate_existing=True)
+            row = uow.connection.execute(_SELECT, {"p_job_id": job_id}).mappings().first()
+            return None if row is None else AssignJob.from_row(row)
 
     def update_assign_status(self, job_id: str, status: str, **patch: Any) -> AssignJob | None:
         """Move the job to ``status`` (the transition table applies), changing the
@@ -163,23 +210,22 @@ class AssignOps(Operations):
         wanted = list(statuses) if statuses else ([status] if status else [])
         for item in wanted:
             require_enum(item, ASSIGN_STATUSES, "status")
-        stmt = select(AssignJob)
-        for column, value in ((AssignJob.supervisor_agent, supervisor_agent),
-                              (AssignJob.worker_agent, worker_agent),
-                              (AssignJob.trace_id, trace_id),
-                              (AssignJob.correlation_id, correlation_id)):
+        c = _jobs.c
+        stmt = select(_jobs)
+        for column, value in ((c.supervisor_agent, supervisor_agent),
+                              (c.worker_agent, worker_agent), (c.trace_id, trace_id),
+                              (c.correlation_id, correlation_id)):
             if value:
                 stmt = stmt.where(column == value)
         if wanted:
-            stmt = stmt.where(AssignJob.status.in_(wanted))
+            stmt = stmt.where(c.status.in_(wanted))
         before = as_number(active_before_ms) if active_before_ms is not None else None
         if before is not None:
-            stmt = stmt.where(AssignJob.deadline_ms.is_not(None),
-                              AssignJob.deadline_ms <= int(before))
-        stmt = stmt.order_by(AssignJob.updated_at_ms.desc(), AssignJob.job_id.desc())
+            stmt = stmt.where(c.deadline_ms.is_not(None), c.deadline_ms <= int(before))
+        stmt = stmt.order_by(c.updated_at_ms.desc(), c.job_id.desc())
         stmt = stmt.limit(clamp(limit, 50, 1, 100))
         with self.unit_of_work(write=False) as uow:
-            return list(uow.session.scalars(stmt))
+            return [AssignJob.from_row(row) for row in uow.connection.execute(stmt).mappings()]
 
     def retry_assign(self, job_id: str, **patch: Any) -> AssignJob | None:
         """Re-queue a failed or timed-out job for its next attempt (no retry budget check)."""
