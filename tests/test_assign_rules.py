@@ -1,0 +1,299 @@
+"""The assign-job state machine and its helpers, pure (no database).
+
+The expected transition table is written out here by hand from the issue and
+REFERENCE.md section 3, not derived from ``hubstore.assign_rules``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from hubstore import assign_rules as rules
+from hubstore.assign_rules import Move, check_transition, next_values, normalize_status
+from hubstore.errors import IllegalTransition, ValidationError
+
+STATES = ("queued", "running", "succeeded", "failed", "timed_out")
+
+# A = applied, N = no-op (repeating the terminal move), - = IllegalTransition.
+#                 to: queued running succeeded failed timed_out
+PLAIN_TABLE = {
+    "queued":    ("-",  "A",    "A",      "A",   "A"),
+    "running":   ("-",  "A",    "A",      "A",   "A"),
+    "succeeded": ("-",  "-",    "N",      "-",   "-"),
+    "failed":    ("-",  "-",    "-",      "N",   "-"),
+    "timed_out": ("-",  "-",    "-",      "-",   "N"),
+}
+# A retry may also re-queue a failed or timed-out job; nothing else changes.
+RETRY_TABLE = {
+    "queued":    ("-",  "A",    "A",      "A",   "A"),
+    "running":   ("-",  "A",    "A",      "A",   "A"),
+    "succeeded": ("-",  "-",    "N",      "-",   "-"),
+    "failed":    ("A",  "-",    "-",      "N",   "-"),
+    "timed_out": ("A",  "-",    "-",      "-",   "N"),
+}
+
+
+def _cases(table: dict[str, tuple[str, ...]]) -> list[tuple[str, str, str]]:
+    return [(src, dst, table[src][i]) for src in STATES for i, dst in enumerate(STATES)]
+
+
+@pytest.mark.parametrize(("via_retry", "table"), [(False, PLAIN_TABLE), (True, RETRY_TABLE)],
+                         ids=["plain", "via_retry"])
+def test_every_pair_of_states(via_retry: bool, table: dict[str, tuple[str, ...]]) -> None:
+    for src, dst, expected in _cases(table):
+        label = f"{src} -> {dst} (via_retry={via_retry})"
+        if expected == "-":
+            with pytest.raises(IllegalTransition) as caught:
+                check_transition(src, dst, via_retry=via_retry)
+            assert caught.value.code == "ASSIGN_ILLEGAL_TRANSITION", label
+        else:
+            want = Move.APPLY if expected == "A" else Move.NOOP
+            assert check_transition(src, dst, via_retry=via_retry) is want, label
+
+
+def test_the_tables_cover_all_25_pairs_once() -> None:
+    for table in (PLAIN_TABLE, RETRY_TABLE):
+        assert len(_cases(table)) == 25
+        assert set(table) == set(STATES)
+
+
+def test_requeue_without_a_retry_names_the_retry_in_its_message() -> None:
+    with pytest.raises(IllegalTransition, match="only by a retry"):
+        check_transition("failed", "queued")
+
+
+@pytest.mark.parametrize(("src", "dst"), [("bogus", "queued"), ("queued", "bogus"),
+                                          ("", "running"), ("queued", "")])
+def test_unknown_statuses_are_illegal(src: str, dst: str) -> None:
+    for via_retry in (False, True):
+        with pytest.raises(IllegalTransition):
+            check_transition(src, dst, via_retry=via_retry)
+
+
+@pytest.mark.parametrize("via_retry", [False, True])
+def test_allowed_sources_agree_with_the_table(via_retry: bool) -> None:
+    table = RETRY_TABLE if via_retry else PLAIN_TABLE
+    for i, dst in enumerate(STATES):
+        expected = {src for src in STATES if table[src][i] == "A"}
+        assert set(rules.allowed_sources(dst, via_retry=via_retry)) == expected, dst
+
+
+# --- normalization -------------------------------------------------------------------
+
+@pytest.mark.parametrize(("reported", "expected"), [
+    ("running", "running"), ("in_progress", "running"),
+    ("succeeded", "succeeded"), ("success", "succeeded"), ("completed", "succeeded"),
+    ("failed", "failed"), ("error", "failed"),
+    ("timed_out", "timed_out"), ("timeout", "timed_out"),
+    ("  In_Progress ", "running"), ("SUCCESS", "succeeded"), ("Error\n", "failed"),
+])
+def test_status_aliases(reported: str, expected: str) -> None:
+    assert normalize_status(reported) == expected
+
+
+@pytest.mark.parametrize(("metadata", "expected"), [
+    ({"result": "failed"}, "failed"),
+    ({"result": "error"}, "failed"),
+    ({"status": "failed"}, "failed"),
+    ({"outcome": "ERROR "}, "failed"),
+    ({"result": "timed_out"}, "timed_out"),
+    ({"status": "timeout"}, "timed_out"),
+    ({"outcome": "Timed_Out"}, "timed_out"),
+    ({"result": "ok"}, "succeeded"),
+    ({"result": "succeeded"}, "succeeded"),
+    ({}, "succeeded"),
+    (None, "succeeded"),
+    # The reference reads result ?? status ?? outcome: only the first one set counts.
+    ({"result": "ok", "status": "failed"}, "succeeded"),
+    ({"result": None, "status": "failed"}, "failed"),
+    ({"status": "timeout", "outcome": "failed"}, "timed_out"),
+    ({"result": False, "outcome": "failed"}, "succeeded"),
+    # A tag that is not a string, or metadata that is not a mapping, matches nothing.
+    ({"result": ["failed"]}, "succeeded"),
+    (["failed"], "succeeded"),
+])
+def test_completed_reads_the_metadata_tag(metadata: Any, expected: str) -> None:
+    assert normalize_status("completed", metadata) == expected
+
+
+@pytest.mark.parametrize("reported", ["failed", "success", "running", "timeout"])
+def test_metadata_tags_only_qualify_completed(reported: str) -> None:
+    plain = normalize_status(reported)
+    assert normalize_status(reported, {"result": "failed"}) == plain
+    assert normalize_status(reported, {"outcome": "timeout"}) == plain
+
+
+@pytest.mark.parametrize("reported", ["queued", "done", "", "succeed", "cancelled"])
+def test_unknown_reported_statuses_are_refused(reported: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        normalize_status(reported)
+    assert caught.value.code == "VALIDATION"
+
+
+@pytest.mark.parametrize("reported", [None, 1, b"running", ["running"]])
+def test_non_string_statuses_are_refused(reported: object) -> None:
+    with pytest.raises(ValidationError):
+        normalize_status(reported)
+
+
+# --- next_values and retry_patch (REFERENCE.md section 2, "update status" and "retry") -
+
+NOW = 1_700_000_000_000
+
+
+def job(**overrides: Any) -> dict[str, Any]:
+    """A current row as next_values and retry_patch read it."""
+    row: dict[str, Any] = {
+        "job_id": "j1", "supervisor_agent": "lead", "worker_agent": "w1",
+        "topic": "assign.job", "task": "t", "payload": {"k": 1}, "status": "queued",
+        "attempt": 1, "retry_count": 0, "max_retries": 2, "priority": 5,
+        "ttl_ms": 50_000, "timeout_ms": 60_000, "deadline_ms": NOW + 5_000,
+        "trace_id": "tr", "correlation_id": "co", "last_message_id": "m1",
+        "result": None, "error": None, "created_at_ms": NOW - 1_000,
+        "updated_at_ms": NOW - 1_000, "started_at_ms": None, "completed_at_ms": None,
+        "last_retry_at_ms": None,
+    }
+    row.update(overrides)
+    return row
+
+
+def test_next_values_sets_status_and_updated_at_and_keeps_the_rest() -> None:
+    values = next_values(job(), "running", {}, NOW)
+    assert values["status"] == "running"
+    assert values["updated_at_ms"] == NOW
+    for name in ("supervisor_agent", "worker_agent", "topic", "task", "payload", "attempt",
+                 "retry_count", "max_retries", "priority", "ttl_ms", "timeout_ms",
+                 "trace_id", "correlation_id", "last_message_id", "result", "error",
+                 "last_retry_at_ms"):
+        assert values[name] == job()[name], name
+
+
+def test_deadline_named_in_the_patch_wins_even_when_terminal() -> None:
+    assert next_values(job(), "succeeded", {"deadline_ms": NOW + 9}, NOW)["deadline_ms"] \
+        == NOW + 9
+    assert next_values(job(), "running", {"deadline_ms": None}, NOW)["deadline_ms"] is None
+
+
+@pytest.mark.parametrize("terminal", ["succeeded", "failed", "timed_out"])
+def test_terminal_clears_the_deadline_and_sets_completed_at(terminal: str) -> None:
+    values = next_values(job(status="running"), terminal, {}, NOW)
+    assert values["deadline_ms"] is None
+    assert values["completed_at_ms"] == NOW
+    kept = next_values(job(completed_at_ms=NOW - 7), terminal, {}, NOW)
+    assert kept["completed_at_ms"] == NOW - 7
+
+
+def test_running_without_a_deadline_gets_now_plus_timeout() -> None:
+    values = next_values(job(deadline_ms=None), "running", {}, NOW)
+    assert values["deadline_ms"] == NOW + 60_000
+    with_new_timeout = next_values(job(deadline_ms=None), "running", {"timeout_ms": 2_000}, NOW)
+    assert with_new_timeout["deadline_ms"] == NOW + 2_000
+
+
+def test_running_with_a_deadline_keeps_it() -> None:
+    assert next_values(job(), "running", {}, NOW)["deadline_ms"] == NOW + 5_000
+
+
+def test_started_at_is_set_once_when_running() -> None:
+    assert next_values(job(), "running", {}, NOW)["started_at_ms"] == NOW
+    assert next_values(job(started_at_ms=NOW - 3), "running", {}, NOW)["started_at_ms"] \
+        == NOW - 3
+    assert next_values(job(), "succeeded", {}, NOW)["started_at_ms"] is None
+    assert next_values(job(), "running", {"started_at_ms": 42}, NOW)["started_at_ms"] == 42
+
+
+def test_a_field_named_with_none_clears_it_only_where_the_reference_clears() -> None:
+    current = job(result={"r": 1}, error="e", last_retry_at_ms=NOW - 1, task="keep me")
+    values = next_values(current, "running",
+                         {"result": None, "error": None, "last_message_id": None,
+                          "last_retry_at_ms": None, "task": None, "priority": None,
+                          "payload": None, "attempt": None}, NOW)
+    for name in ("result", "error", "last_message_id", "last_retry_at_ms"):
+        assert values[name] is None, name
+    assert values["task"] == "keep me"
+    assert values["priority"] == 5
+    assert values["payload"] == {"k": 1}
+    assert values["attempt"] == 1
+
+
+def test_patch_numbers_are_clamped_like_the_reference() -> None:
+    values = next_values(job(), "running", {"priority": 42, "timeout_ms": 5,
+                                            "ttl_ms": 10**12, "retry_count": -3,
+                                            "attempt": 0}, NOW)
+    assert values["priority"] == 9
+    assert values["timeout_ms"] == 1_000
+    assert values["ttl_ms"] == 86_400_000
+    assert values["retry_count"] == 0
+    assert values["attempt"] == 1  # 0 is not a number the reference keeps: current stays
+    assert next_values(job(), "running", {"priority": "x"}, NOW)["priority"] == 5
+
+
+def test_retry_patch_requeues_for_the_next_attempt() -> None:
+    current = job(status="failed", attempt=2, retry_count=1, result={"partial": True},
+                  error={"message": "boom"}, started_at_ms=NOW - 50, completed_at_ms=NOW - 9,
+                  deadline_ms=None)
+    patch = rules.retry_patch(current, {}, NOW)
+    assert patch == {
+        "retry_count": 2, "attempt": 3, "timeout_ms": 60_000, "ttl_ms": 50_000,
+        "deadline_ms": NOW + 60_000, "completed_at_ms": None, "started_at_ms": None,
+        "last_retry_at_ms": NOW, "result": None, "error": {"message": "boom"},
+        "last_message_id": None,
+    }
+    values = next_values(current, "queued", patch, NOW)
+    assert values["status"] == "queued"
+    assert values["deadline_ms"] == NOW + 60_000
+    assert values["last_message_id"] is None
+
+
+def test_retry_patch_takes_named_fields() -> None:
+    current = job(status="timed_out", attempt=2, error="old")
+    patch = rules.retry_patch(current, {"error": None, "result": {"r": 1}, "timeout_ms": 0,
+                                        "attempt": 1, "retry_count": 7, "ttl_ms": 3_000}, NOW)
+    assert patch["error"] is None
+    assert patch["result"] == {"r": 1}
+    assert patch["timeout_ms"] == 1_000  # named 0 is clamped, not replaced by the current
+    assert patch["deadline_ms"] == NOW + 1_000
+    assert patch["attempt"] == 3  # never below current + 1
+    assert patch["retry_count"] == 7
+    assert patch["ttl_ms"] == 3_000
+    assert rules.retry_patch(current, {"attempt": 9}, NOW)["attempt"] == 9
+
+
+def test_unknown_patch_fields_are_refused() -> None:
+    rules.check_patch({"result": 1, "deadline_ms": None})
+    with pytest.raises(ValidationError, match="statuss"):
+        rules.check_patch({"statuss": "queued"})
+    with pytest.raises(ValidationError):
+        rules.check_patch({"job_id": "other"})
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (500, 1_000), (1_000, 1_000), (30_000, 30_000), (86_400_001, 86_400_000),
+    ("2500", 2_500), ("soon", 600_000), (None, 600_000), (float("nan"), 600_000),
+])
+def test_clamp_timeout(value: object, expected: int) -> None:
+    assert rules.clamp_timeout(value) == expected
+
+
+def test_status_event_prefers_result_then_error() -> None:
+    assert rules.status_event(job(status="succeeded", result={"r": 1}, error="e",
+                                  updated_at_ms=1_700_000_000_123)) == {
+        "job_id": "j1", "status": "succeeded", "result": {"r": 1},
+        "timestamp": "2023-11-14T22:13:20.123Z"}
+    assert rules.status_event(job(error="e"))["result"] == "e"
+    assert rules.status_event(job(result=0, error="e"))["result"] == 0
+    assert rules.status_event(job())["result"] is None
+
+
+@pytest.mark.parametrize(("ms", "iso"), [(0, "1970-01-01T00:00:00.000Z"),
+                                         (1_700_000_000_005, "2023-11-14T22:13:20.005Z"),
+                                         (1_709_251_199_999, "2024-02-29T23:59:59.999Z")])
+def test_iso_timestamp(ms: int, iso: str) -> None:
+    assert rules.iso_timestamp(ms) == iso
+
+
+def test_terminal_and_active_sets() -> None:
+    assert set(rules.TERMINAL) == {"succeeded", "failed", "timed_out"}
+    assert set(rules.ACTIVE) == {"queued", "running"}
