@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, RootTransaction
 from sqlalchemy.orm import Session
 
+from hubstore.connections import WriterQueue
 from hubstore.engine import BEGIN_MODE
 from hubstore.services.agents import AgentOps
 from hubstore.services.assign_hub import AssignHubOps
@@ -49,16 +50,26 @@ class UnitOfWork(
         self._events: list[tuple[dict[str, Any], AssignJob]] = []
         self._session: Session | None = None
         self._transaction: RootTransaction | None = None
+        self._queue: WriterQueue | None = None
 
     def __enter__(self) -> UnitOfWork:
         if self._transaction is not None or self._events:
             raise RuntimeError("a unit of work can be entered only once")
-        connection = self.store.connections.acquire()
-        if self.dialect == "sqlite":
-            mode = "IMMEDIATE" if self._write else "DEFERRED"
-            connection = connection.execution_options(**{BEGIN_MODE: mode})
-        self.connection = connection
-        self._transaction = connection.begin()
+        source = self.store.connections
+        self._queue = source.writers if self._write else None
+        if self._queue is not None:
+            self._queue.acquire()
+        try:
+            connection = source.acquire()
+            if self.dialect == "sqlite":
+                mode = "IMMEDIATE" if self._write else "DEFERRED"
+                connection = connection.execution_options(**{BEGIN_MODE: mode})
+            self.connection = connection
+            self._transaction = connection.begin()
+        except BaseException:
+            if self._queue is not None:
+                self._queue.release()
+            raise
         return self
 
     @property
@@ -93,6 +104,8 @@ class UnitOfWork(
             if session is not None:
                 session.close()
             self.store.connections.release(self.connection)
+            if self._queue is not None:
+                self._queue.release()
         if exc_type is None:
             self._publish()
 
