@@ -75,6 +75,15 @@ def frozen_copy(job: AssignJob) -> AssignJob:
     return AssignJob.from_row(by_column(copy.deepcopy(snapshot(job))))
 
 
+def announce(uow: UnitOfWork, job: AssignJob) -> None:
+    """Queue the job's status event for the listeners, told after the commit.
+
+    Without listeners (subscribed when the move is made) there is nothing to copy.
+    """
+    if uow.store.assign_listeners:
+        uow.emit_assign_event(rules.status_event(snapshot(job)), frozen_copy(job))
+
+
 def lock_job(uow: UnitOfWork, job_id: str) -> AssignJob | None:
     """The job, freshly read and locked for this transaction."""
     row = uow.connection.execute(_LOCK, {"p_job_id": job_id}).mappings().first()
@@ -124,7 +133,7 @@ def move(uow: UnitOfWork, job: AssignJob, target: str, patch: dict[str, Any], *,
     changes.update(status=target, updated_at_ms=values["updated_at_ms"])
     updated = write_guarded(uow, job, changes)
     if before["status"] != target:
-        uow.emit_assign_event(rules.status_event(snapshot(updated)), frozen_copy(updated))
+        announce(uow, updated)
     return updated
 
 
@@ -182,7 +191,7 @@ class AssignOps(Operations):
             }
             job = AssignJob.from_row(
                 uow.connection.execute(_INSERT, by_column(row)).mappings().one())
-            uow.emit_assign_event(rules.status_event(row), frozen_copy(job))
+            announce(uow, job)
             return job
 
     def get_assign(self, job_id: str) -> AssignJob | None:
