@@ -73,6 +73,11 @@ class UnitOfWork(
         return self
 
     @property
+    def driver(self) -> Any:
+        """The DBAPI connection under ``connection`` (SQLite's hot paths use it)."""
+        return self.connection.connection.driver_connection
+
+    @property
     def session(self) -> Session:
         """The SQLAlchemy Session of this unit of work, on its connection and transaction.
 

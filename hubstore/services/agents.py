@@ -11,7 +11,14 @@ from sqlalchemy.dialects.postgresql import JSONB
 from hubstore.ids import now_ms, uuidv7
 from hubstore.models import AGENT_CLIS, AGENT_STATUSES, Agent, table_of
 from hubstore.results import Lease
-from hubstore.services.base import Operations, natural_order, resolve_now, update_row, upsert
+from hubstore.services.base import (
+    Operations,
+    Prepared,
+    natural_order,
+    resolve_now,
+    update_row,
+    upsert,
+)
 from hubstore.validation import (
     json_list,
     json_object,
@@ -31,22 +38,23 @@ OFFLINE_AFTER_MS = 300_000
 
 _agents = table_of(Agent)
 # Hot paths: statements built once (constructing them costs more than running them).
-_HEARTBEAT = (update(_agents).where(_agents.c.agent_id == bindparam("p_agent_id"))
-              .values(last_seen_ms=bindparam("p_now"), lease_expires_ms=bindparam("p_expires"),
-                      status="online"))
+_HEARTBEAT = Prepared(
+    update(_agents).where(_agents.c.agent_id == bindparam("p_agent_id"))
+    .values(last_seen_ms=bindparam("p_now"), lease_expires_ms=bindparam("p_expires"),
+            status="online"))
 _REGISTER_COLUMNS = ("cli", "pid", "capabilities_json", "topics_json", "last_seen_ms",
                      "lease_expires_ms", "status", "metadata_json")
-_register_statements: dict[str, Any] = {}
+_register_statements: dict[str, Prepared] = {}
 
 
-def _register_statement(uow: UnitOfWork) -> Any:
+def _register_statement(uow: UnitOfWork) -> Prepared:
     """INSERT ... ON CONFLICT (agent_id) DO UPDATE, built once per dialect."""
     stmt = _register_statements.get(uow.dialect)
     if stmt is None:
         insert = upsert(uow, _agents)
-        stmt = insert.on_conflict_do_update(
+        stmt = Prepared(insert.on_conflict_do_update(
             index_elements=[_agents.c.agent_id],
-            set_={name: insert.excluded[name] for name in _REGISTER_COLUMNS})
+            set_={name: insert.excluded[name] for name in _REGISTER_COLUMNS}))
         _register_statements[uow.dialect] = stmt
     return stmt
 
@@ -73,7 +81,7 @@ class AgentOps(Operations):
                 "topics_json": topic_list, "last_seen_ms": now, "lease_expires_ms": now + ttl,
                 "status": "online", "metadata_json": meta,
             }
-            uow.connection.execute(_register_statement(uow), values)
+            _register_statement(uow).run(uow, values)
         return Lease(agent_id, uuidv7(), now + ttl, now)
 
     def get_agent(self, agent_id: str) -> Agent | None:
@@ -87,8 +95,8 @@ class AgentOps(Operations):
         ttl = require_int(ttl_ms, "ttl_ms", minimum=0)
         with self.unit_of_work() as uow:
             now = now_ms()
-            uow.connection.execute(_HEARTBEAT, {"p_agent_id": agent_id, "p_now": now,
-                                                "p_expires": now + ttl})
+            _HEARTBEAT.run(uow, {"p_agent_id": agent_id, "p_now": now,
+                                 "p_expires": now + ttl})
         return Lease(agent_id, None, now + ttl, now)
 
     def update_agent_topics(self, agent_id: str, topics: Iterable[str]) -> bool:

@@ -9,7 +9,7 @@ from sqlalchemy import Select, bindparam, insert, select, text, union_all
 
 from hubstore.ids import now_ms, uuidv7
 from hubstore.models import MESSAGE_STATUSES, MESSAGE_TYPES, Agent, Message, table_of
-from hubstore.services.base import Operations, update_row
+from hubstore.services.base import Operations, Prepared, update_row
 from hubstore.validation import (
     as_number,
     json_value,
@@ -25,7 +25,8 @@ MAX_POLL = 100
 DEFAULT_POLL = 20
 
 _messages = table_of(Message)
-_INSERT = insert(_messages)
+_INSERT = Prepared(insert(_messages).values({c.name: bindparam(c.name) for c in _messages.c}))
+
 _newest_first = (Message.created_at_ms.desc(), Message.id.desc())
 # Literal, so that the partial index ix_messages_topic_feed can serve it.
 _TO_A_TOPIC = text("substr(messages.to_agent, 1, 6) = 'topic:'")
@@ -93,7 +94,7 @@ class MessageOps(Operations):
                 "trace_id": trace_id or uuidv7(), "payload_json": body, "status": status,
             }
             # One INSERT, no ORM flush; the returned object is a plain (transient) row.
-            uow.connection.execute(_INSERT, row)
+            _INSERT.run(uow, row)
             return Message.from_row(row)
 
     def enqueue_message(self, type: str, from_agent: str, to_agent: str, topic: str,
