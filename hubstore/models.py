@@ -299,14 +299,14 @@ class HubMeta(Base):
 # Partial-index predicates are constant SQL; queries repeat them literally.
 _TOPIC_FEED = text("substr(to_agent, 1, 6) = 'topic:'")
 _QUEUED = text("status = 'queued'")
+_ACKED = text("status = 'acked'")
 Index("ix_messages_to_agent_created", Message.to_agent, Message.created_at_ms, Message.id)
 Index("ix_messages_topic_feed", Message.topic, Message.created_at_ms, Message.id,
       sqlite_where=_TOPIC_FEED, postgresql_where=_TOPIC_FEED)
 Index("ix_messages_queued_expires", Message.expires_at_ms,
       sqlite_where=_QUEUED, postgresql_where=_QUEUED)
-Index("ix_messages_queued_priority", Message.priority,
-      sqlite_where=_QUEUED, postgresql_where=_QUEUED)
-Index("ix_messages_status_created", Message.status, Message.created_at_ms)
+Index("ix_messages_acked_created", Message.created_at_ms,
+      sqlite_where=_ACKED, postgresql_where=_ACKED)
 Index("ix_assign_jobs_claim", AssignJob.worker_agent, AssignJob.priority.desc(),
       AssignJob.created_at_ms, AssignJob.job_id,
       sqlite_where=_QUEUED, postgresql_where=_QUEUED)

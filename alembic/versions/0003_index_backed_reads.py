@@ -3,7 +3,8 @@
 - Polling: one index range per branch (to_agent; topic for messages sent to a topic).
 - Figures (SQLite): hub_counters, kept exact by triggers on every insert, update and
   delete, whoever writes the row (the reference store too), so no call counts a table.
-- Expiry, delivery stats, claiming: partial and composite indexes.
+- Expiry, delivery stats, claiming: partial indexes (every index on messages costs each
+  audit-log insert a page write, so the figures use counters, not more indexes).
 - Pattern search: an FTS5 trigram index on SQLite, pg_trgm on PostgreSQL, each only
   where the database offers it (the plain LIKE query is the fallback).
 
@@ -24,6 +25,7 @@ depends_on: str | Sequence[str] | None = None
 
 TOPIC_FEED = "substr(to_agent, 1, 6) = 'topic:'"
 QUEUED = "status = 'queued'"
+ACKED = "status = 'acked'"
 UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 COUNTERS = {
@@ -112,9 +114,8 @@ def upgrade() -> None:
                     sqlite_where=sa.text(TOPIC_FEED), postgresql_where=sa.text(TOPIC_FEED))
     op.create_index("ix_messages_queued_expires", "messages", ["expires_at_ms"],
                     sqlite_where=sa.text(QUEUED), postgresql_where=sa.text(QUEUED))
-    op.create_index("ix_messages_queued_priority", "messages", ["priority"],
-                    sqlite_where=sa.text(QUEUED), postgresql_where=sa.text(QUEUED))
-    op.create_index("ix_messages_status_created", "messages", ["status", "created_at_ms"])
+    op.create_index("ix_messages_acked_created", "messages", ["created_at_ms"],
+                    sqlite_where=sa.text(ACKED), postgresql_where=sa.text(ACKED))
     op.create_index("ix_assign_jobs_claim", "assign_jobs",
                     ["worker_agent", sa.text("priority DESC"), "created_at_ms", "job_id"],
                     sqlite_where=sa.text(QUEUED), postgresql_where=sa.text(QUEUED))
@@ -178,8 +179,7 @@ def downgrade() -> None:
     else:
         op.execute("DROP INDEX IF EXISTS ix_reflexion_pattern_trgm")
     for name, table in (("ix_assign_jobs_claim", "assign_jobs"),
-                        ("ix_messages_status_created", "messages"),
-                        ("ix_messages_queued_priority", "messages"),
+                        ("ix_messages_acked_created", "messages"),
                         ("ix_messages_queued_expires", "messages"),
                         ("ix_messages_topic_feed", "messages"),
                         ("ix_messages_to_agent_created", "messages")):
