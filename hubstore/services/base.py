@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
-from sqlalchemy import ColumnElement, Table, literal, literal_column, update
+from sqlalchemy import (
+    ClauseElement,
+    ColumnElement,
+    Executable,
+    String,
+    Table,
+    literal_column,
+    update,
+)
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.sql.dml import UpdateBase
+from sqlalchemy.sql.compiler import SQLCompiler
 
 if TYPE_CHECKING:
     from hubstore.uow import UnitOfWork
@@ -34,7 +42,7 @@ def const(value: str) -> ColumnElement[Any]:
     Partial indexes are only used when the query names their constant literally;
     a bound parameter hides it from SQLite's planner.
     """
-    return literal(value, literal_execute=True)
+    return literal_column("'" + value.replace("'", "''") + "'", String())
 
 
 def natural_order(uow: UnitOfWork, table: Table) -> list[ColumnElement[Any]]:
@@ -60,36 +68,66 @@ def update_row(uow: UnitOfWork, table: Table, key: str, **values: Any) -> bool:
 
 
 class Prepared:
-    """A Core statement without results, compiled once and, on SQLite, run on the driver.
+    """A Core statement compiled once and, on SQLite, run on the driver.
 
-    On the write hot paths (heartbeat, register, audit log) SQLAlchemy's execution
-    machinery cost more than SQLite's work. The statement is still built with
-    SQLAlchemy and its values still pass through the column types' bind processors
-    (strict JSON included); only the per-call execution layer is skipped. Other
-    dialects execute the statement normally.
+    On the hot paths SQLAlchemy's per-call execution layer (and its result rows) cost
+    more than SQLite's own work. The statement is still built with SQLAlchemy; values
+    still pass through the column types' bind processors (strict JSON included), and
+    results through their result processors. Only the per-call layer is skipped. Other
+    dialects execute the statement through SQLAlchemy as usual.
     """
 
-    def __init__(self, statement: UpdateBase) -> None:
+    def __init__(self, statement: Executable, table: Table | None = None) -> None:
         self.statement = statement
+        #: Where result columns take their types from (by name).
+        self.table = table
         self._compiled: tuple[str, list[tuple[str, Any, Any]]] | None = None
+        self._readers: dict[tuple[str, ...], list[Any]] = {}
 
     def _compile(self, uow: UnitOfWork) -> tuple[str, list[tuple[str, Any, Any]]]:
         dialect = uow.connection.dialect
-        compiled = self.statement.compile(dialect=dialect)
+        compiled = cast(SQLCompiler, cast(ClauseElement, self.statement).compile(
+            dialect=dialect))
+        if compiled.post_compile_params:  # IN (...) lists and literal_execute values
+            raise TypeError("Prepared statements take plain bound values only")
         params = []
         for name in compiled.positiontup or []:
             bind = compiled.binds[name]  # a value written into the statement is its default
-            params.append((name, bind.type.bind_processor(dialect), bind.value))
+            processor = bind.type.dialect_impl(dialect).bind_processor(dialect)
+            params.append((name, processor, bind.value))
         self._compiled = (str(compiled), params)
         return self._compiled
 
-    def run(self, uow: UnitOfWork, values: dict[str, Any]) -> int:
-        """Execute with ``values`` (keyed by bind name); the number of rows it touched."""
-        if uow.dialect != "sqlite":
-            return int(uow.connection.execute(self.statement, values).rowcount)
+    def _execute(self, uow: UnitOfWork, values: dict[str, Any]) -> Any:
         sql, params = self._compiled or self._compile(uow)
         args = []
         for name, process, default in params:
             value = values.get(name, default)
             args.append(value if process is None else process(value))
-        return int(uow.driver.execute(sql, args).rowcount)
+        return uow.driver.execute(sql, args)
+
+    def run(self, uow: UnitOfWork, values: dict[str, Any]) -> int:
+        """Execute with ``values`` (keyed by bind name); the number of rows it touched."""
+        if uow.dialect != "sqlite":
+            return int(uow.connection.execute(self.statement, values).rowcount)
+        return int(self._execute(uow, values).rowcount)
+
+    def rows(self, uow: UnitOfWork, values: dict[str, Any]) -> list[dict[str, Any]]:
+        """Execute and return every row as a dict keyed by column name."""
+        if uow.dialect != "sqlite":
+            return [dict(row) for row in
+                    uow.connection.execute(self.statement, values).mappings()]
+        cursor = self._execute(uow, values)
+        names = tuple(d[0] for d in cursor.description)
+        readers = self._readers.get(names)
+        if readers is None:
+            readers = self._readers[names] = [self._reader(uow, name) for name in names]
+        return [{name: value if read is None else read(value)
+                 for name, read, value in zip(names, readers, row, strict=True)}
+                for row in cursor.fetchall()]
+
+    def _reader(self, uow: UnitOfWork, name: str) -> Any:
+        if self.table is None or name not in self.table.c:
+            return None
+        dialect = uow.connection.dialect
+        return self.table.c[name].type.dialect_impl(dialect).result_processor(dialect, None)

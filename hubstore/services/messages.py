@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Select, bindparam, insert, select, text, union_all
+from sqlalchemy import bindparam, insert, select, text, union_all
 
 from hubstore.ids import now_ms, uuidv7
 from hubstore.models import MESSAGE_STATUSES, MESSAGE_TYPES, Agent, Message, table_of
@@ -32,16 +32,18 @@ _newest_first = (Message.created_at_ms.desc(), Message.id.desc())
 _TO_A_TOPIC = text("substr(messages.to_agent, 1, 6) = 'topic:'")
 
 
-_AGENT_TOPICS = select(Agent.topics).where(Agent.agent_id == bindparam("p_agent_id"))
-_poll_statements: dict[int, Select[Any]] = {}
+_AGENT_TOPICS = Prepared(
+    select(table_of(Agent).c.topics_json).where(Agent.agent_id == bindparam("p_agent_id")),
+    table_of(Agent))
+_poll_statements: dict[int, Prepared] = {}
 
 
-def _poll_statement(topic_count: int) -> Select[Any]:
+def _poll_statement(topic_count: int) -> Prepared:
     """The poll query for that many topics, built once: one index range scan per branch
     (the agent, then each topic), each cut at the limit, merged newest first."""
-    stmt = _poll_statements.get(topic_count)
-    if stmt is not None:
-        return stmt
+    prepared = _poll_statements.get(topic_count)
+    if prepared is not None:
+        return prepared
     limit: Any = bindparam("p_limit")
     direct = (select(_messages).where(_messages.c.to_agent == bindparam("p_agent_id"))
               .order_by(*_newest_first).limit(limit))
@@ -55,8 +57,8 @@ def _poll_statement(topic_count: int) -> Select[Any]:
         merged = union_all(*(b.subquery().select() for b in [direct, *feeds])).subquery()
         stmt = (select(merged).order_by(merged.c.created_at_ms.desc(), merged.c.id.desc())
                 .limit(limit))
-    _poll_statements[topic_count] = stmt
-    return stmt
+    prepared = _poll_statements[topic_count] = Prepared(stmt, _messages)
+    return prepared
 
 
 def clamp_poll_limit(value: object) -> int:
@@ -145,12 +147,13 @@ class MessageOps(Operations):
         wanted = string_list(include_topics, "include_topics") if include_topics else []
         with self.unit_of_work(write=False) as uow:
             if not wanted:
-                agent_topics = uow.connection.scalar(_AGENT_TOPICS, {"p_agent_id": agent_id})
+                found = _AGENT_TOPICS.rows(uow, {"p_agent_id": agent_id})
+                agent_topics = found[0]["topics_json"] if found else []
                 wanted = [t for t in agent_topics or [] if isinstance(t, str)]
             topics = list(dict.fromkeys(wanted))
             params: dict[str, Any] = {"p_agent_id": agent_id, "p_limit": limit}
             params.update({f"p_topic_{k}": topic for k, topic in enumerate(topics)})
-            rows = uow.connection.execute(_poll_statement(len(topics)), params).mappings()
+            rows = _poll_statement(len(topics)).rows(uow, params)
             return [Message.from_row(row) for row in rows]
 
     def get_audit_messages_for_agent(self, agent_id: str, max_messages: object = DEFAULT_POLL,

@@ -9,7 +9,6 @@ from sqlalchemy import (
     JSON,
     BindParameter,
     ColumnElement,
-    Select,
     Text,
     TextClause,
     and_,
@@ -19,6 +18,7 @@ from sqlalchemy import (
     exists,
     func,
     insert,
+    or_,
     select,
     text,
     type_coerce,
@@ -30,7 +30,7 @@ from hubstore.errors import ValidationError
 from hubstore.ids import now_ms, uuidv7
 from hubstore.jsontype import dumps
 from hubstore.models import REFLEXION_TYPES, ReflexionEntry, table_of
-from hubstore.services.base import Operations, const, resolve_now
+from hubstore.services.base import Operations, Prepared, const, resolve_now
 from hubstore.validation import (
     json_object,
     require_enum,
@@ -50,14 +50,14 @@ _LOWER = _UPPER.lower()
 _ASCII_LOWER = str.maketrans(_UPPER, _LOWER)
 _entries = table_of(ReflexionEntry)
 _by_confidence = (_entries.c.confidence.desc(), _entries.c.id)
-_INSERT = insert(_entries)
-_LOCK_COUNTS = (select(_entries.c.hit_count, _entries.c.success_count)
-                .where(_entries.c.id == bindparam("p_id")).with_for_update())
-_RECORD_HIT = (update(_entries).where(_entries.c.id == bindparam("p_id"))
+_INSERT = Prepared(insert(_entries).values({c.name: bindparam(c.name) for c in _entries.c}))
+_LOCK_COUNTS = Prepared(select(_entries.c.hit_count, _entries.c.success_count)
+                        .where(_entries.c.id == bindparam("p_id")).with_for_update())
+_RECORD_HIT = Prepared(update(_entries).where(_entries.c.id == bindparam("p_id"))
                .values(hit_count=bindparam("p_hits"), success_count=bindparam("p_successes"),
                        last_hit_ms=bindparam("p_now"), updated_at_ms=bindparam("p_now"),
                        confidence=bindparam("p_confidence"))
-               .returning(*_entries.c))
+               .returning(*_entries.c), _entries)
 
 
 def like_escape(value: str) -> str:
@@ -95,6 +95,11 @@ def _kind(value: str | int | float) -> str:
     return "number" if isinstance(value, int | float) else "text"
 
 
+def _one_of(expr: ColumnElement[Any], names: tuple[str, ...]) -> ColumnElement[bool]:
+    """``expr`` equals one of ``names``, with plain bound values (no expanding IN)."""
+    return or_(*(expr == bindparam(None, name, Text) for name in names))
+
+
 def _sqlite_key_equals(key: str, kind: str, value: BindParameter[Any]) -> ColumnElement[bool]:
     column = _entries.c.context_json
     types = {"text": ("text",), "number": ("integer", "real")}.get(kind, (kind,))
@@ -102,12 +107,12 @@ def _sqlite_key_equals(key: str, kind: str, value: BindParameter[Any]) -> Column
         # SQLite's JSON paths cannot name a key holding a double quote: look it up
         # through json_each instead, still with the key bound.
         each = func.json_each(column).table_valued("key", "value", "type")
-        conditions = [each.c.key == key, each.c.type.in_(types)]
+        conditions = [each.c.key == key, _one_of(each.c.type, types)]
         if kind in ("text", "number"):
             conditions.append(each.c.value == value)
         return exists(select(1).select_from(each).where(*conditions))
     element = type_coerce(column, JSON)[key]  # SQLAlchemy binds the path '$."key"'
-    type_ok = func.json_type(column, bindparam(None, f'$."{key}"', Text)).in_(types)
+    type_ok = _one_of(func.json_type(column, bindparam(None, f'$."{key}"', Text)), types)
     if kind == "number":
         return and_(type_ok, element.as_float() == value)
     if kind == "text":
@@ -142,12 +147,12 @@ def _substring_match(dialect: str, trigram: bool) -> list[ColumnElement[bool] | 
 
 
 Signature = tuple[tuple[str, str], ...]
-_find_statements: dict[tuple[str, Signature, bool], tuple[Select[Any], Select[Any]]] = {}
+_find_statements: dict[tuple[str, Signature, bool], tuple[Prepared, Prepared]] = {}
 _FIND_CACHE_SIZE = 256
 
 
 def find_statements(dialect: str, signature: Signature,
-                    trigram: bool) -> tuple[Select[Any], Select[Any]]:
+                    trigram: bool) -> tuple[Prepared, Prepared]:
     """The exact and the substring query for these filter keys, built once."""
     cache_key = (dialect, signature, trigram)
     found = _find_statements.get(cache_key)
@@ -159,7 +164,8 @@ def find_statements(dialect: str, signature: Signature,
                      .order_by(*_by_confidence).limit(SUBSTRING_LIMIT))
         if len(_find_statements) >= _FIND_CACHE_SIZE:
             _find_statements.clear()
-        found = _find_statements[cache_key] = (exact, substring)
+        found = _find_statements[cache_key] = (Prepared(exact, _entries),
+                                               Prepared(substring, _entries))
     return found
 
 
@@ -196,7 +202,7 @@ class ReflexionOps(Operations):
                 "confidence": 0.5, "hit_count": 1, "success_count": 0, "last_hit_ms": now,
                 "created_at_ms": now, "updated_at_ms": now,
             }
-            uow.connection.execute(_INSERT, row)
+            _INSERT.run(uow, row)
             return ReflexionEntry.from_row(row)
 
     def get_reflexion(self, id: str) -> ReflexionEntry | None:
@@ -227,9 +233,7 @@ class ReflexionOps(Operations):
                 params["p_phrase"] = '"' + needle.replace('"', '""') + '"'
             trigram = uow.store.features.reflexion_fts and len(needle) >= 3
             exact, substring = find_statements(uow.dialect, signature, trigram)
-            rows = uow.connection.execute(exact, params).mappings().all()
-            if not rows:
-                rows = uow.connection.execute(substring, params).mappings().all()
+            rows = exact.rows(uow, params) or substring.rows(uow, params)
             return [ReflexionEntry.from_row(row) for row in rows]
 
     def update_reflexion_hit(self, id: str, success: bool = False) -> ReflexionEntry | None:
@@ -237,15 +241,15 @@ class ReflexionOps(Operations):
         require_id(id, "id")
         with self.unit_of_work() as uow:
             # Read under the row lock (SQLite: the write lock), then one guarded write.
-            counts = uow.connection.execute(_LOCK_COUNTS, {"p_id": id}).first()
-            if counts is None:
+            found = _LOCK_COUNTS.rows(uow, {"p_id": id})
+            if not found:
                 return None
-            hits = counts.hit_count + 1
-            successes = counts.success_count + (1 if success else 0)
+            hits = found[0]["hit_count"] + 1
+            successes = found[0]["success_count"] + (1 if success else 0)
             now = now_ms()
-            row = uow.connection.execute(_RECORD_HIT, {
+            [row] = _RECORD_HIT.rows(uow, {
                 "p_id": id, "p_hits": hits, "p_successes": successes, "p_now": now,
-                "p_confidence": recalc(hits, successes)}).mappings().one()
+                "p_confidence": recalc(hits, successes)})
             return ReflexionEntry.from_row(row)
 
     def prune_reflexion(self, max_age_ms: int = THIRTY_DAYS_MS, min_confidence: float = 0.2,
