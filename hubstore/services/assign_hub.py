@@ -5,15 +5,25 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import (
+    BigInteger,
+    BindParameter,
+    Integer,
+    Text,
+    bindparam,
+    case,
+    or_,
+    select,
+    update,
+)
 
 from hubstore import assign_rules as rules
 from hubstore.errors import AssignNotFound, RetryExhausted, StaleAttempt, WorkerMismatch
 from hubstore.ids import now_ms
 from hubstore.models import AssignJob, Message, table_of
 from hubstore.results import AssignOutcome
-from hubstore.services.assigns import lock_job, move, retry, write_guarded
-from hubstore.services.base import Operations, const, resolve_now
+from hubstore.services.assigns import announce, lock_job, move, retry, write_guarded
+from hubstore.services.base import Operations, Prepared, const, resolve_now
 from hubstore.validation import json_value, optional_int, require_id, require_text
 
 if TYPE_CHECKING:
@@ -84,14 +94,56 @@ def finish(uow: UnitOfWork, job: AssignJob, target: str, patch: dict[str, Any],
                          notify_supervisor(uow, job, "completed", **completed_extra))
 
 
+_c = _jobs.c
+_now: BindParameter[int] = bindparam("p_now", type_=BigInteger)
 #: The worker's next queued job, locked; PostgreSQL skips rows that other claimers hold
 #: (SQLite renders no FOR UPDATE: the claim runs under its database write lock).
 _NEXT_QUEUED = (
-    select(_jobs)
-    .where(_jobs.c.worker_agent == bindparam("p_worker"), _jobs.c.status == const("queued"))
-    .order_by(_jobs.c.priority.desc(), _jobs.c.created_at_ms, _jobs.c.job_id)
+    select(_c.job_id)
+    .where(_c.worker_agent == bindparam("p_worker"), _c.status == const("queued"))
+    .order_by(_c.priority.desc(), _c.created_at_ms, _c.job_id)
     .limit(1)
     .with_for_update(skip_locked=True))
+#: Claim in one statement: queued -> running as the transition table's rules write it
+#: (started now, the deadline now + timeout unless the job has one), guarded by status.
+_CLAIM = Prepared(
+    update(_jobs)
+    .where(_c.job_id == _NEXT_QUEUED.scalar_subquery(), _c.status == const("queued"))
+    .values(status="running", updated_at_ms=_now,
+            started_at_ms=case((or_(_c.started_at_ms.is_(None), _c.started_at_ms == 0), _now),
+                               else_=_c.started_at_ms),
+            deadline_ms=case((or_(_c.deadline_ms.is_(None), _c.deadline_ms == 0),
+                              _now + _c.timeout_ms), else_=_c.deadline_ms))
+    .returning(*_c), _jobs)
+
+
+def _finish_statement(retryable: bool) -> Prepared:
+    """A worker's final report in one guarded statement, for the common case: the job
+    is queued or running, on the reported attempt, for the reporting worker, and (for a
+    failure) has no retry left. Anything else matches no row and takes the general path.
+    """
+    worker: BindParameter[str] = bindparam("p_worker", type_=Text)
+    attempt: BindParameter[int] = bindparam("p_attempt", type_=Integer)
+    guards = [_c.job_id == bindparam("p_job_id"),
+              or_(_c.status == const("queued"), _c.status == const("running")),
+              or_(worker.is_(None), _c.worker_agent == worker),
+              or_(attempt.is_(None), _c.attempt == attempt)]
+    if retryable:
+        guards.append(_c.retry_count >= _c.max_retries)
+    return Prepared(
+        update(_jobs).where(*guards)
+        .values(status=bindparam("p_status"),
+                result_json=bindparam("p_result", type_=_c.result_json.type),
+                error_json=bindparam("p_error", type_=_c.error_json.type),
+                deadline_ms=None, updated_at_ms=_now,
+                completed_at_ms=case((or_(_c.completed_at_ms.is_(None),
+                                          _c.completed_at_ms == 0), _now),
+                                     else_=_c.completed_at_ms))
+        .returning(*_c), _jobs)
+
+
+_FINISH = {"succeeded": _finish_statement(False), "failed": _finish_statement(True),
+           "timed_out": _finish_statement(True)}
 
 
 class AssignHubOps(Operations):
@@ -125,6 +177,16 @@ class AssignHubOps(Operations):
         json_value(error, "error")
         json_value(metadata, "metadata")
         with self.unit_of_work() as uow:
+            if target != "running":  # the one-statement path, when the report is routine
+                rows = _FINISH[target].rows(uow, {
+                    "p_job_id": job_id, "p_worker": worker_agent or None, "p_attempt": attempt,
+                    "p_status": target, "p_result": result, "p_error": error,
+                    "p_now": now_ms()})
+                if rows:
+                    done = AssignJob.from_row(rows[0])
+                    announce(uow, done)
+                    return AssignOutcome(done, "completed",
+                                         notify_supervisor(uow, done, "completed"))
             job = lock_job(uow, job_id)
             if job is None:
                 raise AssignNotFound(f"no assign job {job_id}")
@@ -192,6 +254,9 @@ class AssignHubOps(Operations):
         """
         require_id(worker_agent, "worker_agent")
         with self.unit_of_work() as uow:
-            row = uow.connection.execute(_NEXT_QUEUED, {"p_worker": worker_agent}
-                                         ).mappings().first()
-            return None if row is None else move(uow, AssignJob.from_row(row), "running", {})
+            rows = _CLAIM.rows(uow, {"p_worker": worker_agent, "p_now": now_ms()})
+            if not rows:
+                return None
+            job = AssignJob.from_row(rows[0])
+            announce(uow, job)
+            return job
