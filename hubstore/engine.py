@@ -15,6 +15,7 @@ from typing import Any
 from platformdirs import user_data_dir
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
+from sqlalchemy.pool import NullPool
 
 from hubstore.errors import ValidationError
 from hubstore.jsontype import dumps
@@ -80,6 +81,9 @@ def create_hub_engine(url: URL, *, wal: bool = True, foreign_keys: bool = True,
     if url.get_backend_name() == "postgresql":
         return create_engine(url, pool_pre_ping=True, json_serializer=_json_serializer,
                              json_deserializer=json.loads, **kwargs)
+    # Each thread keeps its own connection (hubstore.connections), so a bounded pool
+    # would cap the number of threads; a SQLite connection is only a file handle.
+    kwargs.setdefault("poolclass", NullPool)
     engine = create_engine(url, **kwargs)
     _configure_sqlite(engine, wal=wal, foreign_keys=foreign_keys, busy_timeout_ms=busy_timeout_ms)
     return engine

@@ -83,20 +83,21 @@ def test_threads_share_a_store_safely(store):
 
     def work(t: int) -> None:
         try:
-            for i in range(40):
+            for i in range(10):
                 store.register_agent(f"t{t}-{i}", "codex")
                 with store.unit_of_work() as uow:
                     uow.refresh_lease(f"t{t}-{i}")
         except BaseException as exc:  # reported to the test below
             errors.append(exc)
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(4)]
+    # More threads than a default connection pool holds (5 + 10 overflow).
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(20)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     assert errors == []
-    assert len(store.list_all_agents()) == 160
+    assert len(store.list_all_agents()) == 200
 
 
 def test_a_failed_statement_leaves_the_connection_usable(store):
