@@ -21,7 +21,7 @@ from hubstore import assign_rules as rules
 from hubstore.errors import HubStoreError
 from hubstore.ids import now_ms, uuidv7
 from hubstore.models import ASSIGN_STATUSES, AssignJob, table_of
-from hubstore.services.base import Operations
+from hubstore.services.base import Operations, Prepared
 from hubstore.validation import (
     as_number,
     clamp,
@@ -41,15 +41,29 @@ _NAME_OF: dict[str, str] = {
     attr.key: str(attr.columns[0].name) for attr in AssignJob.__mapper__.column_attrs}
 _COLUMNS = list(_NAME_OF)
 
-_SELECT = select(_jobs).where(_jobs.c.job_id == bindparam("p_job_id"))
-_LOCK = _SELECT.with_for_update()  # SQLite renders no FOR UPDATE: its write lock serves
-_INSERT = insert(_jobs).returning(*_jobs.c)
-#: The guarded compare-and-set; the SET columns are the other parameters, by name.
-_CAS = (update(_jobs)
-        .where(_jobs.c.job_id == bindparam("p_job_id"),
-               _jobs.c.status == bindparam("p_status"),
-               _jobs.c.attempt == bindparam("p_attempt"))
-        .returning(*_jobs.c))
+_BY_ID = select(_jobs).where(_jobs.c.job_id == bindparam("p_job_id"))
+_SELECT = Prepared(_BY_ID, _jobs)
+# SQLite renders no FOR UPDATE: its write lock serves.
+_LOCK = Prepared(_BY_ID.with_for_update(), _jobs)
+_INSERT = Prepared(insert(_jobs).values({c.name: bindparam(c.name) for c in _jobs.c})
+                   .returning(*_jobs.c), _jobs)
+_GUARDS = frozenset({"p_job_id", "p_status", "p_attempt"})
+_cas_statements: dict[frozenset[str], Prepared] = {}
+
+
+def _cas(columns: frozenset[str]) -> Prepared:
+    """The guarded compare-and-set that writes ``columns``, built once per column set
+    (only the columns that change are written, so untouched indexes stay untouched)."""
+    prepared = _cas_statements.get(columns)
+    if prepared is None:
+        stmt = (update(_jobs)
+                .where(_jobs.c.job_id == bindparam("p_job_id"),
+                       _jobs.c.status == bindparam("p_status"),
+                       _jobs.c.attempt == bindparam("p_attempt"))
+                .values({name: bindparam(name) for name in sorted(columns)})
+                .returning(*_jobs.c))
+        prepared = _cas_statements[columns] = Prepared(stmt, _jobs)
+    return prepared
 
 
 class ConcurrentUpdate(HubStoreError):
@@ -86,8 +100,8 @@ def announce(uow: UnitOfWork, job: AssignJob) -> None:
 
 def lock_job(uow: UnitOfWork, job_id: str) -> AssignJob | None:
     """The job, freshly read and locked for this transaction."""
-    row = uow.connection.execute(_LOCK, {"p_job_id": job_id}).mappings().first()
-    return None if row is None else AssignJob.from_row(row)
+    rows = _LOCK.rows(uow, {"p_job_id": job_id})
+    return AssignJob.from_row(rows[0]) if rows else None
 
 
 def write_guarded(uow: UnitOfWork, job: AssignJob, changes: dict[str, Any]) -> AssignJob:
@@ -95,7 +109,8 @@ def write_guarded(uow: UnitOfWork, job: AssignJob, changes: dict[str, Any]) -> A
     ``job``; ConcurrentUpdate when it does not (the row lock makes that a bug)."""
     params = by_column(changes)
     params.update(p_job_id=job.job_id, p_status=job.status, p_attempt=job.attempt)
-    row = uow.connection.execute(_CAS, params).mappings().one_or_none()
+    rows = _cas(frozenset(params) - _GUARDS).rows(uow, params)
+    row = rows[0] if rows else None
     if row is None:
         raise ConcurrentUpdate(f"assign job {job.job_id} changed while it was being moved")
     return AssignJob.from_row(row)
@@ -190,14 +205,15 @@ class AssignOps(Operations):
                 "last_retry_at_ms": now if retries > 0 else None,
             }
             job = AssignJob.from_row(
-                uow.connection.execute(_INSERT, by_column(row)).mappings().one())
+                _INSERT.rows(uow, by_column(row))[0])
             announce(uow, job)
             return job
 
     def get_assign(self, job_id: str) -> AssignJob | None:
         """The job, or None."""
         with self.unit_of_work(write=False) as uow:
-            row = uow.connection.execute(_SELECT, {"p_job_id": job_id}).mappings().first()
+            found = _SELECT.rows(uow, {"p_job_id": job_id})
+            row = found[0] if found else None
             return None if row is None else AssignJob.from_row(row)
 
     def update_assign_status(self, job_id: str, status: str, **patch: Any) -> AssignJob | None:
