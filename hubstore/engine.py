@@ -104,7 +104,8 @@ def _configure_sqlite(engine: Engine, *, wal: bool, foreign_keys: bool,
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
-        # Straight to the driver: this runs once per transaction, on the hot path.
+        driver = conn.connection.driver_connection
+        if driver.in_transaction:  # a unit of work began on the driver: join it
+            return
         immediate = conn.get_execution_options().get(BEGIN_MODE) == "IMMEDIATE"
-        conn.connection.driver_connection.execute(
-            "BEGIN IMMEDIATE" if immediate else "BEGIN DEFERRED")
+        driver.execute("BEGIN IMMEDIATE" if immediate else "BEGIN DEFERRED")

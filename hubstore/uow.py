@@ -12,7 +12,6 @@ from sqlalchemy import Connection, RootTransaction
 from sqlalchemy.orm import Session
 
 from hubstore.connections import WriterQueue
-from hubstore.engine import BEGIN_MODE
 from hubstore.services.agents import AgentOps
 from hubstore.services.assign_hub import AssignHubOps
 from hubstore.services.assigns import AssignOps
@@ -51,21 +50,24 @@ class UnitOfWork(
         self._session: Session | None = None
         self._transaction: RootTransaction | None = None
         self._queue: WriterQueue | None = None
+        self._entered = False
 
     def __enter__(self) -> UnitOfWork:
-        if self._transaction is not None or self._events:
+        if self._entered:
             raise RuntimeError("a unit of work can be entered only once")
+        self._entered = True
         source = self.store.connections
         self._queue = source.writers if self._write else None
         if self._queue is not None:
             self._queue.acquire()
         try:
-            connection = source.acquire()
+            self.connection = source.acquire()
             if self.dialect == "sqlite":
-                mode = "IMMEDIATE" if self._write else "DEFERRED"
-                connection = connection.execution_options(**{BEGIN_MODE: mode})
-            self.connection = connection
-            self._transaction = connection.begin()
+                # BEGIN straight on the driver: SQLAlchemy's own transaction, when a Core
+                # statement or the Session needs one, joins it (see engine.py's begin hook).
+                self.driver.execute("BEGIN IMMEDIATE" if self._write else "BEGIN DEFERRED")
+            else:
+                self._transaction = self.connection.begin()
         except BaseException:
             if self._queue is not None:
                 self._queue.release()
@@ -85,34 +87,49 @@ class UnitOfWork(
         need no Session.
         """
         if self._session is None:
-            if self._transaction is None:
+            if not self._entered:
                 raise RuntimeError("the unit of work has not been entered")
+            if not self.connection.in_transaction():
+                self._transaction = self.connection.begin()  # joins the driver's BEGIN
             self._session = Session(bind=self.connection, expire_on_commit=False,
                                     autoflush=False, join_transaction_mode="rollback_only")
         return self._session
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        assert self._transaction is not None
         session, self._session = self._session, None
         try:
             if exc_type is None:
                 if session is not None:
                     session.flush()
-                self._transaction.commit()
+                self._end("COMMIT")
             else:
                 if session is not None:
                     # Detach first, so that rows handed out stay readable (not expired).
                     session.expunge_all()
-                self._transaction.rollback()
+                self._end("ROLLBACK")
         finally:
             if session is not None:
                 session.close()
+            if self.connection.in_transaction() or (
+                    self.dialect == "sqlite" and self.driver.in_transaction):
+                self._end("ROLLBACK")  # only after a failed COMMIT: leave the connection clean
             self.store.connections.release(self.connection)
             if self._queue is not None:
                 self._queue.release()
         if exc_type is None:
             self._publish()
+
+    def _end(self, how: str) -> None:
+        """Commit or roll back: SQLAlchemy's transaction if one began, and on SQLite the
+        driver's BEGIN if nothing else ended it."""
+        if self.connection.in_transaction():
+            if how == "COMMIT":
+                self.connection.commit()
+            else:
+                self.connection.rollback()
+        if self.dialect == "sqlite" and self.driver.in_transaction:
+            self.driver.execute(how)
 
     @contextmanager
     def unit_of_work(self, write: bool = True) -> Iterator[UnitOfWork]:

@@ -110,3 +110,22 @@ def test_a_failed_statement_leaves_the_connection_usable(store):
             "VALUES ('x', 'nope', 1, 1, 'online')"))
     store.register_agent("y", "codex")
     assert [a.agent_id for a in store.list_all_agents()] == ["y"]
+
+
+def test_a_failed_commit_leaves_the_connection_clean(store, monkeypatch):
+    from hubstore.uow import UnitOfWork
+
+    real_end = UnitOfWork._end
+    calls = {"n": 0}
+
+    def failing_commit(self, how):
+        if how == "COMMIT" and calls["n"] == 0:
+            calls["n"] += 1
+            raise RuntimeError("disk full")
+        return real_end(self, how)
+
+    monkeypatch.setattr(UnitOfWork, "_end", failing_commit)
+    with pytest.raises(RuntimeError, match="disk full"), store.unit_of_work() as uow:
+        uow.register_agent("lost", "codex")
+    store.register_agent("kept", "codex")  # the same thread's connection, usable again
+    assert [a.agent_id for a in store.list_all_agents()] == ["kept"]
