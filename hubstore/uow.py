@@ -1,4 +1,5 @@
-"""The unit of work: one Session, one transaction, events after commit."""
+"""The unit of work: one connection and transaction (a Session when needed), events after
+commit."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, RootTransaction
+from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from hubstore.connections import WriterQueue
@@ -33,7 +34,7 @@ class UnitOfWork(
     AgentOps, MessageOps, HumanRequestOps, DeadLetterOps, AssignOps, AssignHubOps,
     ReflexionOps, PipelineOps, StatsOps,
 ):
-    """One Session and one transaction.
+    """One connection, one transaction, and a Session on them when ORM work needs one.
 
     Leaving the block normally commits; an exception rolls back and propagates. Assign
     status events collected during the work reach the store's listeners only after the
@@ -48,7 +49,6 @@ class UnitOfWork(
         self._write = write
         self._events: list[tuple[dict[str, Any], AssignJob]] = []
         self._session: Session | None = None
-        self._transaction: RootTransaction | None = None
         self._queue: WriterQueue | None = None
         self._entered = False
 
@@ -67,7 +67,7 @@ class UnitOfWork(
                 # statement or the Session needs one, joins it (see engine.py's begin hook).
                 self.driver.execute("BEGIN IMMEDIATE" if self._write else "BEGIN DEFERRED")
             else:
-                self._transaction = self.connection.begin()
+                self.connection.begin()
         except BaseException:
             if self._queue is not None:
                 self._queue.release()
@@ -90,7 +90,7 @@ class UnitOfWork(
             if not self._entered:
                 raise RuntimeError("the unit of work has not been entered")
             if not self.connection.in_transaction():
-                self._transaction = self.connection.begin()  # joins the driver's BEGIN
+                self.connection.begin()  # joins the driver's BEGIN (engine.py)
             self._session = Session(bind=self.connection, expire_on_commit=False,
                                     autoflush=False, join_transaction_mode="rollback_only")
         return self._session
