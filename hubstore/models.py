@@ -297,7 +297,10 @@ class HubMeta(Base):
 
 # Revision 0003: indexes that make polling, the figures and claiming index-backed.
 # Partial-index predicates are constant SQL; queries repeat them literally.
-_TOPIC_FEED = text("substr(to_agent, 1, 6) = 'topic:'")
+#: Messages sent to a topic. The poll query repeats this predicate (services/messages.py),
+#: so that the planner can use the partial index.
+TOPIC_FEED_WHERE = "substr(to_agent, 1, 6) = 'topic:'"
+_TOPIC_FEED = text(TOPIC_FEED_WHERE)
 _QUEUED = text("status = 'queued'")
 _ACKED = text("status = 'acked'")
 Index("ix_messages_to_agent_created", Message.to_agent, Message.created_at_ms, Message.id)

@@ -79,3 +79,27 @@ def test_pattern_search_with_and_without_the_trigram_index(store):
             got = [e.id for e in store.find_reflexion(needle, context)]
             assert got == _plain_find(store, needle, context), needle
     assert any(store.find_reflexion(n) for n in needles)
+
+
+def test_sqlite_plans_use_the_indexes(tmp_path):
+    """The poll's branches and the claim run on their (partial) indexes, not table scans:
+    the query repeats each partial index's predicate, so the planner can prove it."""
+    from hubstore import HubStore
+    from hubstore.services.assign_hub import _CLAIM
+    from hubstore.services.messages import _poll_statement
+
+    def plan(prepared) -> str:
+        with store.unit_of_work(write=False) as uow:
+            compiled = prepared.statement.compile(dialect=uow.connection.dialect)
+            args = [None] * len(compiled.positiontup)  # the plan does not depend on them
+            rows = uow.driver.execute(f"EXPLAIN QUERY PLAN {compiled}", args)
+            return " ".join(row[3] for row in rows)
+
+    store = HubStore.open(f"sqlite:///{tmp_path / 'hub.db'}", auto_migrate=True)
+    try:
+        poll = plan(_poll_statement(2))
+        assert "ix_messages_to_agent_created" in poll and "ix_messages_topic_feed" in poll
+        assert "SCAN messages" not in poll
+        assert "ix_assign_jobs_claim" in plan(_CLAIM)
+    finally:
+        store.close()

@@ -8,7 +8,14 @@ from typing import Any
 from sqlalchemy import bindparam, insert, select, text, union_all
 
 from hubstore.ids import now_ms, uuidv7
-from hubstore.models import MESSAGE_STATUSES, MESSAGE_TYPES, Agent, Message, table_of
+from hubstore.models import (
+    MESSAGE_STATUSES,
+    MESSAGE_TYPES,
+    TOPIC_FEED_WHERE,
+    Agent,
+    Message,
+    table_of,
+)
 from hubstore.services.base import Operations, Prepared, update_row
 from hubstore.validation import (
     as_number,
@@ -29,7 +36,7 @@ _INSERT = Prepared(insert(_messages).values({c.name: bindparam(c.name) for c in 
 
 _newest_first = (Message.created_at_ms.desc(), Message.id.desc())
 # Literal, so that the partial index ix_messages_topic_feed can serve it.
-_TO_A_TOPIC = text("substr(messages.to_agent, 1, 6) = 'topic:'")
+_TO_A_TOPIC = text(TOPIC_FEED_WHERE)
 
 
 _AGENT_TOPICS = Prepared(
