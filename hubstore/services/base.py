@@ -17,6 +17,9 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.sql.compiler import SQLCompiler
 
+from hubstore.ids import now_ms
+from hubstore.validation import require_int
+
 if TYPE_CHECKING:
     from hubstore.uow import UnitOfWork
 
@@ -54,9 +57,6 @@ def natural_order(uow: UnitOfWork, table: Table) -> list[ColumnElement[Any]]:
 
 def resolve_now(value: int | None) -> int:
     """``now_ms`` as given (tests and callers sweep at a chosen time), else the clock."""
-    from hubstore.ids import now_ms
-    from hubstore.validation import require_int
-
     return now_ms() if value is None else require_int(value, "now_ms")
 
 

@@ -30,6 +30,7 @@ from hubstore.errors import ValidationError
 from hubstore.ids import now_ms, uuidv7
 from hubstore.jsontype import dumps
 from hubstore.models import REFLEXION_TYPES, ReflexionEntry, table_of
+from hubstore.reflexion import recalc_confidence
 from hubstore.services.base import Operations, Prepared, const, resolve_now
 from hubstore.validation import (
     json_object,
@@ -171,8 +172,6 @@ def find_statements(dialect: str, signature: Signature,
 
 def recalc(hit_count: int, success_count: int) -> float:
     """The reference's confidence, clamped to 0..1."""
-    from hubstore.reflexion import recalc_confidence
-
     value = recalc_confidence({"hit_count": hit_count, "success_count": success_count})
     return max(0.0, min(1.0, value))
 

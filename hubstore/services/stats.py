@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import column, func, literal, select, table, text, union_all, update
 
-from hubstore.models import Agent, AssignJob, DeadLetter, HumanRequest, Message, table_of
+from hubstore.models import Agent, AssignJob, DeadLetter, Message, table_of
 from hubstore.services.base import Operations, const, resolve_now
 from hubstore.services.dead_letters import record_dead_letters
 
@@ -25,7 +25,6 @@ URGENT_PRIORITY = 7
 
 hub_counters = table("hub_counters", column("name"), column("value"))
 _messages = table_of(Message)
-_requests = table_of(HumanRequest)
 
 
 _ONLINE = (select(literal("online_agents").label("name"), func.count().label("value"))
