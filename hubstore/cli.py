@@ -72,9 +72,7 @@ def db() -> None:
 @url_option
 def upgrade(revision: str, url: URL) -> None:
     """Migrate up to REVISION (default: head), adopting a triflux database first."""
-    before = _revision(url)
-    _run("upgrade", url, migrations.upgrade, revision)
-    click.echo(f"{_shown(url)}: upgraded from {before} to {_revision(url)}")
+    _migrate("upgrade", migrations.upgrade, url, revision)
 
 
 @db.command()
@@ -82,9 +80,14 @@ def upgrade(revision: str, url: URL) -> None:
 @url_option
 def downgrade(revision: str, url: URL) -> None:
     """Migrate down to REVISION ("base" removes every hub table)."""
+    _migrate("downgrade", migrations.downgrade, url, revision)
+
+
+def _migrate(action: str, step: Callable[..., None], url: URL, revision: str) -> None:
+    """Run one migration command and say where it left the database."""
     before = _revision(url)
-    _run("downgrade", url, migrations.downgrade, revision)
-    click.echo(f"{_shown(url)}: downgraded from {before} to {_revision(url)}")
+    _run(action, url, step, revision)
+    click.echo(f"{_shown(url)}: {action}d from {before} to {_revision(url)}")
 
 
 @db.command()
