@@ -66,6 +66,9 @@ DEFAULT_SCALES = (10_000, 100_000, 1_000_000)
 SCALING_WORKLOADS = ("poll_for_agent", "sweep_and_stats", "reflexion_learn")
 CLAIM_WORKER = "w"
 CLAIM_TIMEOUT_S = 600
+# The reference's issue: "Python's own sqlite3 does an UPDATE in one transaction at over
+# 40,000/s here". Measured again on every run, it shows how fast this machine is.
+YARDSTICK_REFERENCE = 40_000
 
 # Reference store (triflux hub/store.mjs, better-sqlite3), ops/s, median of 3, 1000 ops,
 # with 0 and with 100,000 background rows.
@@ -256,7 +259,8 @@ def _settle(store: HubStore) -> None:
     if store.engine.dialect.name == "sqlite":
         with store.engine.connect() as conn:
             raw = conn.connection.driver_connection
-            raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            assert raw is not None  # a live connection
+            raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # outside any transaction
             raw.execute("PRAGMA optimize")
         return
     # PostgreSQL: a figures call folds the load's counter deltas into hub_counters; then
@@ -418,6 +422,43 @@ def run_repeats(
     return runs
 
 
+def machine_yardstick(ops: int = 5_000, repeats: int = 3) -> float:
+    """Python's sqlite3 alone: one-row UPDATEs, each in its own transaction; median ops/s.
+
+    WAL and synchronous NORMAL, as hubstore sets them. No hubstore code runs, so the
+    figure measures the machine (CPU, file system) and nothing else.
+    """
+    rates = []
+    with tempfile.TemporaryDirectory(prefix="hubstore-yardstick-") as tmp:
+        db = sqlite3.connect(Path(tmp) / "yardstick.db", isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode = WAL")
+            db.execute("PRAGMA synchronous = NORMAL")
+            db.execute("CREATE TABLE agents (agent_id TEXT PRIMARY KEY, last_seen_ms INTEGER)")
+            agents = [(_agent(i),) for i in range(AGENT_COUNT)]
+            db.executemany("INSERT INTO agents VALUES (?, 0)", agents)
+            for _ in range(repeats):
+                started = time.perf_counter()
+                for i in range(ops):
+                    db.execute("BEGIN IMMEDIATE")
+                    db.execute(
+                        "UPDATE agents SET last_seen_ms = ? WHERE agent_id = ?", (i, _agent(i))
+                    )
+                    db.execute("COMMIT")
+                rates.append(ops / (time.perf_counter() - started))
+        finally:
+            db.close()
+    return round(statistics.median(rates), 1)
+
+
+def yardstick_line(rate: float) -> str:
+    ratio = rate / YARDSTICK_REFERENCE
+    return (
+        f"machine yardstick: Python sqlite3, one-row UPDATE per transaction: {rate:,.0f}/s "
+        f"({ratio:.2f}x the reference machine's 'over {YARDSTICK_REFERENCE:,}')"
+    )
+
+
 def medians(runs: dict[str, list[float]], report: Iterable[str]) -> dict[str, float]:
     return {name: round(statistics.median(runs[name]), 1) for name in report}
 
@@ -505,6 +546,7 @@ def run_standard(args: argparse.Namespace, target: Target, log: Callable[[str], 
     log(f"database: {display_url(url)}")
     results, preload_s = bench_database(url, args.preload, args.workloads, args.n, args.repeat, log)
     reference = reference_for(args.preload)
+    yardstick = machine_yardstick()
     payload: dict[str, Any] = {
         "url": display_url(url),
         "preload": args.preload,
@@ -512,12 +554,13 @@ def run_standard(args: argparse.Namespace, target: Target, log: Callable[[str], 
         "repeat": args.repeat,
         "results": results,
         "preload_seconds": round(preload_s, 2),
+        "yardstick_ops_per_s": yardstick,
     }
     if reference is not None:
         payload["reference"] = {name: reference[name] for name in results}
     table = results_table(results, reference)
     title = f"hubstore, {args.n} ops, median of {args.repeat}, {args.preload:,} background rows"
-    emit(payload, f"{title}\n{table}", args.json_only)
+    emit(payload, f"{title}\n{table}\n\n{yardstick_line(yardstick)}", args.json_only)
 
 
 def run_scaling(args: argparse.Namespace, target: Target, log: Callable[[str], None]) -> None:
