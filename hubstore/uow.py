@@ -4,7 +4,7 @@ commit."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -38,7 +38,8 @@ class UnitOfWork(
 
     Leaving the block normally commits; an exception rolls back and propagates. Assign
     status events collected during the work reach the store's listeners only after the
-    commit. ``write=True`` (the default) starts SQLite transactions with BEGIN IMMEDIATE.
+    commit, followed by the actions queued with :meth:`after_commit`. ``write=True`` (the
+    default) starts SQLite transactions with BEGIN IMMEDIATE.
     """
 
     connection: Connection
@@ -48,6 +49,7 @@ class UnitOfWork(
         self.dialect: str = store.engine.dialect.name
         self._write = write
         self._events: list[tuple[dict[str, Any], AssignJob]] = []
+        self._after_commit: list[Callable[[], None]] = []
         self._session: Session | None = None
         self._queue: WriterQueue | None = None
         self._entered = False
@@ -140,6 +142,10 @@ class UnitOfWork(
         """Queue an assign status event for after the commit."""
         self._events.append((event, job))
 
+    def after_commit(self, action: Callable[[], None]) -> None:
+        """Run ``action`` once this unit of work has committed (never after a rollback)."""
+        self._after_commit.append(action)
+
     def _publish(self) -> None:
         events, self._events = self._events, []
         for event, job in events:
@@ -148,3 +154,9 @@ class UnitOfWork(
                     listener(event, job)
                 except Exception:
                     log.exception("assign status listener %r failed", listener)
+        actions, self._after_commit = self._after_commit, []
+        for action in actions:
+            try:
+                action()
+            except Exception:
+                log.exception("after-commit action %r failed", action)

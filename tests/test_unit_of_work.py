@@ -129,3 +129,27 @@ def test_a_failed_commit_leaves_the_connection_clean(store, monkeypatch):
         uow.register_agent("lost", "codex")
     store.register_agent("kept", "codex")  # the same thread's connection, usable again
     assert [a.agent_id for a in store.list_all_agents()] == ["kept"]
+
+
+def test_after_commit_actions_run_once_committed_and_never_after_a_rollback(store, caplog):
+    ran = []
+    with pytest.raises(RuntimeError), store.unit_of_work() as uow:
+        uow.register_agent("lost", "codex")
+        uow.after_commit(lambda: ran.append("rolled back"))
+        raise RuntimeError
+    assert ran == []
+
+    def sees_the_commit():
+        # Runs after the connection went back: a fresh unit of work sees the row.
+        ran.append([a.agent_id for a in store.list_all_agents()])
+
+    def fails():
+        raise OSError("maintenance failed")
+
+    with store.unit_of_work() as uow:
+        uow.register_agent("kept", "codex")
+        uow.after_commit(fails)
+        uow.after_commit(sees_the_commit)
+        assert ran == []
+    assert ran == [["kept"]]  # a failing action is logged; the next one still runs
+    assert "maintenance failed" in caplog.text
