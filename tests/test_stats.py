@@ -111,3 +111,24 @@ def test_postgresql_deltas_fold_into_the_counters(store, backend, monkeypatch):
         "online_agents": 0, "total_messages": 12, "active_assign_jobs": 1, "urgent": 3,
         "normal": 9, "dlq": 0}
     _assert_counters_match(store)
+
+
+def test_postgresql_fold_vacuums_the_rows_it_deleted(store, backend, monkeypatch):
+    """After a fold, the deltas table keeps no dead rows for later reads to scan."""
+    if backend != "postgresql":
+        assert not store.features.counter_deltas
+        return
+    from hubstore.services import stats
+
+    monkeypatch.setattr(stats, "FOLD_AT", 50)
+    for i in range(300):
+        store.audit_log("event", "a", "b", "t", priority=1 + i % 9)
+    size = text("SELECT pg_relation_size('hub_counter_deltas')")
+    with store.unit_of_work(write=False) as uow:
+        assert uow.connection.scalar(size) > 0
+    figures = store.get_hub_stats()  # reads, folds, and once committed, vacuums
+    with store.unit_of_work(write=False) as uow:
+        # A DELETE alone leaves the pages in place; VACUUM truncates the emptied table.
+        assert uow.connection.scalar(size) == 0
+    assert figures["total_messages"] == 300
+    assert store.get_hub_stats() == figures

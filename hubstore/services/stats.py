@@ -3,15 +3,16 @@
 The figures come from ``hub_counters``, kept exact by triggers on every insert, update
 and delete, whoever writes the row, so no call counts a whole table. On SQLite (revision
 0003) row triggers update the counters; on PostgreSQL (0004) statement triggers append
-deltas that readers add up and now and then fold in. Without those revisions the
-figures are counted, as the reference does.
+deltas that readers add up and now and then fold in; the reader that folded then
+vacuums the deltas table, so that later reads do not step over the rows the fold
+deleted. Without those revisions the figures are counted, as the reference does.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import column, func, literal, select, table, text, union_all, update
+from sqlalchemy import Engine, column, func, literal, select, table, text, union_all, update
 
 from hubstore.models import Agent, AssignJob, DeadLetter, Message, table_of
 from hubstore.services.base import Operations, const, resolve_now
@@ -50,6 +51,8 @@ _FOLD = text("""
 #: Fold the deltas once this many are pending (a read then sums fewer rows).
 FOLD_AT = 1_000
 FOLD_LOCK_KEY = 0x6875_6266_6F6C_64  # "hubfold"
+# SKIP_LOCKED: if another fold's vacuum or autovacuum is at it, leave it to them.
+_VACUUM_DELTAS = "VACUUM (SKIP_LOCKED) hub_counter_deltas"
 
 
 def counts(uow: UnitOfWork) -> dict[str, int]:
@@ -60,11 +63,23 @@ def counts(uow: UnitOfWork) -> dict[str, int]:
         if figures.pop("_pending", 0) >= FOLD_AT and uow.connection.scalar(
                 _TRY_FOLD_LOCK, {"key": FOLD_LOCK_KEY}):
             uow.connection.execute(_FOLD)
+            engine = uow.store.engine
+            uow.after_commit(lambda: vacuum_deltas(engine))
         return figures
     if features.counters:
         return {str(n): int(v) for n, v in uow.connection.execute(_FIGURES)}
     online = uow.connection.execute(_ONLINE).one().value
     return {"online_agents": int(online), **plain_counts(uow)}
+
+
+def vacuum_deltas(engine: Engine) -> None:
+    """Reclaim the delta rows a fold deleted (VACUUM runs outside any transaction).
+
+    Until a vacuum clears them, every figures read scans them again: after 100,000
+    messages, figures ran at about 30 reads/s instead of 2,400 until autovacuum came by.
+    """
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.exec_driver_sql(_VACUUM_DELTAS)
 
 
 def plain_counts(uow: UnitOfWork) -> dict[str, int]:
