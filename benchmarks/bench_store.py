@@ -263,8 +263,9 @@ def _settle(store: HubStore) -> None:
             raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")  # outside any transaction
             raw.execute("PRAGMA optimize")
         return
-    # PostgreSQL: a figures call folds the load's counter deltas into hub_counters; then
-    # VACUUM clears the dead delta rows (what autovacuum would do within a minute or so).
+    # PostgreSQL: a figures call folds the load's counter deltas into hub_counters (and
+    # vacuums them); VACUUM ANALYZE then gives the planner the loaded tables' statistics,
+    # as autovacuum would within a minute or so.
     store.get_hub_stats()
     with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.exec_driver_sql("VACUUM ANALYZE")
