@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import factory
 from factory.alchemy import SQLAlchemyModelFactory
+from factory.declarations import LazyAttribute, LazyFunction, Sequence
 from sqlalchemy.orm import scoped_session, sessionmaker
 
 from hubstore import HubStore, uuidv7
@@ -43,33 +43,33 @@ class AgentFactory(_Base):
     class Meta:
         model = Agent
 
-    agent_id = factory.Sequence(lambda n: f"agent-{n}")
+    agent_id = Sequence(lambda n: f"agent-{n}")
     cli = "codex"
     pid = None
-    capabilities = factory.LazyFunction(list)
-    topics = factory.LazyFunction(list)
-    last_seen_ms = factory.LazyFunction(now_ms)
-    lease_expires_ms = factory.LazyAttribute(lambda o: o.last_seen_ms + 30_000)
+    capabilities = LazyFunction(list)
+    topics = LazyFunction(list)
+    last_seen_ms = LazyFunction(now_ms)
+    lease_expires_ms = LazyAttribute(lambda o: o.last_seen_ms + 30_000)
     status = "online"
-    meta = factory.LazyFunction(dict)
+    meta = LazyFunction(dict)
 
 
 class MessageFactory(_Base):
     class Meta:
         model = Message
 
-    id = factory.LazyFunction(uuidv7)
+    id = LazyFunction(uuidv7)
     type = "event"
     from_agent = "sender"
     to_agent = "receiver"
     topic = "t.a"
     priority = 5
     ttl_ms = 300_000
-    created_at_ms = factory.LazyFunction(now_ms)
-    expires_at_ms = factory.LazyAttribute(lambda o: o.created_at_ms + o.ttl_ms)
-    correlation_id = factory.LazyFunction(uuidv7)
-    trace_id = factory.LazyFunction(uuidv7)
-    payload = factory.LazyFunction(dict)
+    created_at_ms = LazyFunction(now_ms)
+    expires_at_ms = LazyAttribute(lambda o: o.created_at_ms + o.ttl_ms)
+    correlation_id = LazyFunction(uuidv7)
+    trace_id = LazyFunction(uuidv7)
+    payload = LazyFunction(dict)
     status = "queued"
 
 
@@ -77,9 +77,9 @@ class MessageInboxFactory(_Base):
     class Meta:
         model = MessageInbox
 
-    message_id = factory.LazyAttribute(lambda o: MessageFactory().id)
+    message_id = LazyAttribute(lambda o: MessageFactory.create().id)
     agent_id = "receiver"
-    delivered_at_ms = factory.LazyFunction(now_ms)
+    delivered_at_ms = LazyFunction(now_ms)
     acked_at_ms = None
     attempts = 0
 
@@ -88,16 +88,16 @@ class HumanRequestFactory(_Base):
     class Meta:
         model = HumanRequest
 
-    request_id = factory.LazyFunction(uuidv7)
+    request_id = LazyFunction(uuidv7)
     requester_agent = "codex-1"
     kind = "approval"
     prompt = "Deploy?"
-    schema = factory.LazyFunction(dict)
+    schema = LazyFunction(dict)
     state = "pending"
-    deadline_ms = factory.LazyFunction(lambda: now_ms() + 60_000)
+    deadline_ms = LazyFunction(lambda: now_ms() + 60_000)
     default_action = "decline"
-    correlation_id = factory.LazyFunction(uuidv7)
-    trace_id = factory.LazyFunction(uuidv7)
+    correlation_id = LazyFunction(uuidv7)
+    trace_id = LazyFunction(uuidv7)
     response = None
 
 
@@ -105,9 +105,9 @@ class DeadLetterFactory(_Base):
     class Meta:
         model = DeadLetter
 
-    message_id = factory.LazyFunction(uuidv7)
+    message_id = LazyFunction(uuidv7)
     reason = "ttl_expired"
-    failed_at_ms = factory.LazyFunction(now_ms)
+    failed_at_ms = LazyFunction(now_ms)
     last_error = None
 
 
@@ -115,12 +115,12 @@ class AssignJobFactory(_Base):
     class Meta:
         model = AssignJob
 
-    job_id = factory.LazyFunction(uuidv7)
+    job_id = LazyFunction(uuidv7)
     supervisor_agent = "lead"
     worker_agent = "worker"
     topic = "assign.job"
-    task = factory.Sequence(lambda n: f"task {n}")
-    payload = factory.LazyFunction(dict)
+    task = Sequence(lambda n: f"task {n}")
+    payload = LazyFunction(dict)
     status = "queued"
     attempt = 1
     retry_count = 0
@@ -128,14 +128,14 @@ class AssignJobFactory(_Base):
     priority = 5
     ttl_ms = 600_000
     timeout_ms = 600_000
-    deadline_ms = factory.LazyFunction(lambda: now_ms() + 600_000)
-    trace_id = factory.LazyFunction(uuidv7)
-    correlation_id = factory.LazyFunction(uuidv7)
+    deadline_ms = LazyFunction(lambda: now_ms() + 600_000)
+    trace_id = LazyFunction(uuidv7)
+    correlation_id = LazyFunction(uuidv7)
     last_message_id = None
     result = None
     error = None
-    created_at_ms = factory.LazyFunction(now_ms)
-    updated_at_ms = factory.LazyAttribute(lambda o: o.created_at_ms)
+    created_at_ms = LazyFunction(now_ms)
+    updated_at_ms = LazyAttribute(lambda o: o.created_at_ms)
     started_at_ms = None
     completed_at_ms = None
     last_retry_at_ms = None
@@ -145,33 +145,33 @@ class PipelineStateFactory(_Base):
     class Meta:
         model = PipelineState
 
-    team_name = factory.Sequence(lambda n: f"team-{n}")
+    team_name = Sequence(lambda n: f"team-{n}")
     phase = "plan"
     fix_attempt = 0
     fix_max = 3
     ralph_iteration = 0
     ralph_max = 10
-    artifacts = factory.LazyFunction(dict)
-    phase_history = factory.LazyFunction(list)
-    created_at = factory.LazyFunction(now_ms)
-    updated_at = factory.LazyAttribute(lambda o: o.created_at)
+    artifacts = LazyFunction(dict)
+    phase_history = LazyFunction(list)
+    created_at = LazyFunction(now_ms)
+    updated_at = LazyAttribute(lambda o: o.created_at)
 
 
 class ReflexionEntryFactory(_Base):
     class Meta:
         model = ReflexionEntry
 
-    id = factory.LazyFunction(uuidv7)
+    id = LazyFunction(uuidv7)
     type = "reflexion"
-    error_pattern = factory.Sequence(lambda n: f"typeerror: cannot read x{n} of undefined")
-    error_message = factory.LazyAttribute(lambda o: o.error_pattern)
-    context = factory.LazyFunction(dict)
+    error_pattern = Sequence(lambda n: f"typeerror: cannot read x{n} of undefined")
+    error_message = LazyAttribute(lambda o: o.error_pattern)
+    context = LazyFunction(dict)
     solution = "guard it"
     solution_code = None
-    adaptive_state = factory.LazyFunction(dict)
+    adaptive_state = LazyFunction(dict)
     confidence = 0.5
     hit_count = 1
     success_count = 0
-    last_hit_ms = factory.LazyFunction(now_ms)
-    created_at_ms = factory.LazyAttribute(lambda o: o.last_hit_ms)
-    updated_at_ms = factory.LazyAttribute(lambda o: o.last_hit_ms)
+    last_hit_ms = LazyFunction(now_ms)
+    created_at_ms = LazyAttribute(lambda o: o.last_hit_ms)
+    updated_at_ms = LazyAttribute(lambda o: o.last_hit_ms)

@@ -37,7 +37,7 @@ def test_register_again_replaces_the_row(store):
 
 
 def test_refresh_lease_moves_the_lease_and_revives(store):
-    AgentFactory(agent_id="a", status="stale", lease_expires_ms=1, last_seen_ms=1)
+    AgentFactory.create(agent_id="a", status="stale", lease_expires_ms=1, last_seen_ms=1)
     lease = store.refresh_lease("a", ttl_ms=5_000)
     assert lease.lease_id is None
     agent = store.get_agent("a")
@@ -46,7 +46,7 @@ def test_refresh_lease_moves_the_lease_and_revives(store):
 
 
 def test_update_topics_and_status_report_whether_a_row_changed(store):
-    AgentFactory(agent_id="a", topics=["old"])
+    AgentFactory.create(agent_id="a", topics=["old"])
     assert store.update_agent_topics("a", ["t.1", "t.2"]) is True
     assert store.get_agent("a").topics == ["t.1", "t.2"]
     assert store.update_agent_topics("missing", ["t"]) is False
@@ -56,10 +56,10 @@ def test_update_topics_and_status_report_whether_a_row_changed(store):
 
 
 def test_listing_by_status_and_topic(store, backend):
-    AgentFactory(agent_id="on", topics=["t.a", "t.b"])
-    AgentFactory(agent_id="stale", status="stale", topics=["t.a"])
-    AgentFactory(agent_id="off", status="offline", topics=["t.a"])
-    AgentFactory(agent_id="other", topics=["t.c"])
+    AgentFactory.create(agent_id="on", topics=["t.a", "t.b"])
+    AgentFactory.create(agent_id="stale", status="stale", topics=["t.a"])
+    AgentFactory.create(agent_id="off", status="offline", topics=["t.a"])
+    AgentFactory.create(agent_id="other", topics=["t.c"])
     # Insertion order on SQLite (as the reference's rowid order), the key elsewhere.
     def order(ids: list[str]) -> list[str]:
         return ids if backend == "sqlite" else sorted(ids)
@@ -73,10 +73,10 @@ def test_listing_by_status_and_topic(store, backend):
 
 def test_sweep_stale_agents_at_a_chosen_time(store):
     now = 10_000_000
-    AgentFactory(agent_id="fresh", lease_expires_ms=now + 1)
-    AgentFactory(agent_id="lapsed", lease_expires_ms=now - 1)
-    AgentFactory(agent_id="long-stale", status="stale", lease_expires_ms=now - 300_001)
-    AgentFactory(agent_id="recent-stale", status="stale", lease_expires_ms=now - 300_000)
+    AgentFactory.create(agent_id="fresh", lease_expires_ms=now + 1)
+    AgentFactory.create(agent_id="lapsed", lease_expires_ms=now - 1)
+    AgentFactory.create(agent_id="long-stale", status="stale", lease_expires_ms=now - 300_001)
+    AgentFactory.create(agent_id="recent-stale", status="stale", lease_expires_ms=now - 300_000)
     assert store.sweep_stale_agents(now_ms=now) == {"stale": 1, "offline": 1}
     status = {a.agent_id: a.status for a in store.list_all_agents()}
     assert status == {"fresh": "online", "lapsed": "stale", "long-stale": "offline",
@@ -98,7 +98,7 @@ def test_register_refuses_bad_input_and_writes_nothing(store, kwargs, fragment):
 
 
 def test_update_status_refuses_unknown_status(store):
-    AgentFactory(agent_id="a")
+    AgentFactory.create(agent_id="a")
     with pytest.raises(ValidationError) as info:
         store.update_agent_status("a", "asleep")
     assert info.value.code == "VALIDATION"

@@ -150,7 +150,7 @@ def test_update_missing_job_is_none(store: HubStore) -> None:
 
 def test_update_to_running_sets_start_and_deadline(store: HubStore, heard: Heard) -> None:
     job = store.create_assign("lead", "w1", timeout_ms=30_000)
-    cleared = AssignJobFactory(deadline_ms=None, timeout_ms=30_000)
+    cleared = AssignJobFactory.create(deadline_ms=None, timeout_ms=30_000)
     before = now_ms()
     moved = store.update_assign_status(cleared.job_id, "running")
     after = now_ms()
@@ -205,7 +205,7 @@ def test_illegal_update_raises_and_changes_nothing(store: HubStore, heard: Heard
                           ("timed_out", "queued"), ("failed", "succeeded"),
                           ("timed_out", "running"), ("running", "queued"),
                           ("queued", "queued")):
-        job = AssignJobFactory(status=start, result={"kept": True})
+        job = AssignJobFactory.create(status=start, result={"kept": True})
         before = row(store, job.job_id)
         with pytest.raises(IllegalTransition) as caught:
             store.update_assign_status(job.job_id, target, result={"new": True})
@@ -215,7 +215,7 @@ def test_illegal_update_raises_and_changes_nothing(store: HubStore, heard: Heard
 
 
 def test_illegal_update_caught_inside_a_unit_of_work_leaves_the_row(store: HubStore) -> None:
-    job = AssignJobFactory(status="succeeded")
+    job = AssignJobFactory.create(status="succeeded")
     before = row(store, job.job_id)
     with store.unit_of_work() as uow:
         with pytest.raises(IllegalTransition):
@@ -226,7 +226,7 @@ def test_illegal_update_caught_inside_a_unit_of_work_leaves_the_row(store: HubSt
 
 def test_repeating_the_terminal_status_is_a_noop(store: HubStore, heard: Heard) -> None:
     for terminal in ("succeeded", "failed", "timed_out"):
-        job = AssignJobFactory(status="running")
+        job = AssignJobFactory.create(status="running")
         store.update_assign_status(job.job_id, terminal, result={"first": 1})
         before = row(store, job.job_id)
         heard.clear()
@@ -237,7 +237,7 @@ def test_repeating_the_terminal_status_is_a_noop(store: HubStore, heard: Heard) 
 
 
 def test_update_refuses_bad_input_before_writing(store: HubStore) -> None:
-    job = AssignJobFactory(status="queued")
+    job = AssignJobFactory.create(status="queued")
     before = row(store, job.job_id)
     for status, patch in (("done", {}), ("running", {"statuss": "x"}),
                           ("running", {"deadline_ms": "soon"}),
@@ -255,7 +255,7 @@ def test_move_is_fenced_by_the_status_and_attempt_it_read(store: HubStore,
     overwritten: the UPDATE names the status and attempt it read."""
     for sneak in ("UPDATE assign_jobs SET status = 'running' WHERE job_id = :id",
                   "UPDATE assign_jobs SET attempt = attempt + 1 WHERE job_id = :id"):
-        job = AssignJobFactory(status="queued")
+        job = AssignJobFactory.create(status="queued")
         heard.clear()
         with pytest.raises(ConcurrentUpdate), store.unit_of_work() as uow:
             locked = lock_job(uow, job.job_id)
@@ -270,11 +270,11 @@ def test_move_is_fenced_by_the_status_and_attempt_it_read(store: HubStore,
 
 def test_list_filters_and_orders(store: HubStore) -> None:
     t = now_ms()
-    a = AssignJobFactory(supervisor_agent="s1", worker_agent="w1", status="queued",
+    a = AssignJobFactory.create(supervisor_agent="s1", worker_agent="w1", status="queued",
                          deadline_ms=t + 10, updated_at_ms=t - 3, trace_id="tr-1")
-    b = AssignJobFactory(supervisor_agent="s1", worker_agent="w2", status="running",
+    b = AssignJobFactory.create(supervisor_agent="s1", worker_agent="w2", status="running",
                          deadline_ms=t + 20, updated_at_ms=t - 2, correlation_id="co-1")
-    c = AssignJobFactory(supervisor_agent="s2", worker_agent="w1", status="failed",
+    c = AssignJobFactory.create(supervisor_agent="s2", worker_agent="w1", status="failed",
                          deadline_ms=None, updated_at_ms=t - 1)
 
     def ids(**filters: Any) -> list[str]:
@@ -300,7 +300,7 @@ def test_list_filters_and_orders(store: HubStore) -> None:
 @pytest.mark.parametrize("terminal", ["failed", "timed_out"])
 def test_retry_assign_requeues_for_the_next_attempt(store: HubStore, heard: Heard,
                                                     terminal: str) -> None:
-    job = AssignJobFactory(status=terminal, attempt=2, retry_count=1, max_retries=0,
+    job = AssignJobFactory.create(status=terminal, attempt=2, retry_count=1, max_retries=0,
                            timeout_ms=40_000, result={"partial": 1}, error={"e": 1},
                            last_message_id="m-9", started_at_ms=5, completed_at_ms=6,
                            deadline_ms=None)
@@ -319,14 +319,14 @@ def test_retry_assign_requeues_for_the_next_attempt(store: HubStore, heard: Hear
 
 
 def test_retry_assign_takes_a_patch(store: HubStore) -> None:
-    job = AssignJobFactory(status="failed", error="old")
+    job = AssignJobFactory.create(status="failed", error="old")
     retried = store.retry_assign(job.job_id, error=None, timeout_ms=2_000)
     assert retried is not None and retried.error is None and retried.timeout_ms == 2_000
 
 
 def test_retry_assign_enforces_the_table(store: HubStore, heard: Heard) -> None:
     for start in ("queued", "running", "succeeded"):
-        job = AssignJobFactory(status=start)
+        job = AssignJobFactory.create(status=start)
         before = row(store, job.job_id)
         with pytest.raises(IllegalTransition):
             store.retry_assign(job.job_id)
@@ -348,7 +348,7 @@ def test_listeners_run_after_commit_and_see_committed_data(store: HubStore) -> N
         seen.append(fresh.status if fresh else None)
 
     store.on_assign_status_change(listener)
-    job = AssignJobFactory(status="queued")
+    job = AssignJobFactory.create(status="queued")
     with store.unit_of_work() as uow:
         uow.update_assign_status(job.job_id, "running")
         uow.update_assign_status(job.job_id, "succeeded")
@@ -368,7 +368,7 @@ def test_each_listener_gets_the_row_as_of_its_event(store: HubStore, heard: Hear
 
 
 def test_rolled_back_unit_of_work_fires_no_listener(store: HubStore, heard: Heard) -> None:
-    job = AssignJobFactory(status="queued")
+    job = AssignJobFactory.create(status="queued")
     heard.clear()
     with pytest.raises(RuntimeError), store.unit_of_work() as uow:
         uow.update_assign_status(job.job_id, "running")
@@ -518,7 +518,7 @@ def test_running_report_on_a_queued_job_starts_it(store: HubStore, heard: Heard)
 
 def test_running_report_on_a_finished_job_is_illegal(store: HubStore) -> None:
     for start in ("succeeded", "failed", "timed_out"):
-        job = AssignJobFactory(status=start, worker_agent="w1")
+        job = AssignJobFactory.create(status=start, worker_agent="w1")
         before = row(store, job.job_id)
         with pytest.raises(IllegalTransition):
             store.report_assign_result(job.job_id, "running", worker_agent="w1", attempt=1)
@@ -570,7 +570,7 @@ def test_repeating_the_final_report_is_a_noop(store: HubStore, heard: Heard) -> 
 def test_conflicting_final_report_is_illegal(store: HubStore) -> None:
     for start, reported in (("succeeded", "failed"), ("succeeded", "timeout"),
                             ("failed", "succeeded"), ("timed_out", "failed")):
-        job = AssignJobFactory(status=start, worker_agent="w1", max_retries=3)
+        job = AssignJobFactory.create(status=start, worker_agent="w1", max_retries=3)
         before = row(store, job.job_id)
         with pytest.raises(IllegalTransition):
             store.report_assign_result(job.job_id, reported, worker_agent="w1", attempt=1)
@@ -639,7 +639,7 @@ def test_report_without_worker_or_attempt_is_accepted(store: HubStore) -> None:
 # --- schedule_assign_retry ---------------------------------------------------------------
 
 def test_schedule_retry_requeues_and_redispatches(store: HubStore, heard: Heard) -> None:
-    job = AssignJobFactory(status="failed", worker_agent="w1", max_retries=1,
+    job = AssignJobFactory.create(status="failed", worker_agent="w1", max_retries=1,
                            error={"e": 1}, timeout_ms=10_000)
     heard.clear()
     retried = store.schedule_assign_retry(job.job_id, reason="flaky", requested_by="lead")
@@ -656,7 +656,7 @@ def test_schedule_retry_requeues_and_redispatches(store: HubStore, heard: Heard)
 
 
 def test_schedule_retry_defaults_to_manual(store: HubStore) -> None:
-    job = AssignJobFactory(status="timed_out", max_retries=1)
+    job = AssignJobFactory.create(status="timed_out", max_retries=1)
     store.schedule_assign_retry(job.job_id)
     [event] = events(store, job)
     assert (event.payload["retry_reason"], event.payload["requested_by"]) == (
@@ -665,7 +665,7 @@ def test_schedule_retry_defaults_to_manual(store: HubStore) -> None:
 
 def test_schedule_retry_refuses_when_retries_are_used_up(store: HubStore) -> None:
     for retry_count, max_retries in ((0, 0), (2, 2), (3, 1)):
-        job = AssignJobFactory(status="failed", retry_count=retry_count,
+        job = AssignJobFactory.create(status="failed", retry_count=retry_count,
                                max_retries=max_retries)
         before = row(store, job.job_id)
         with pytest.raises(RetryExhausted) as caught:
@@ -677,7 +677,7 @@ def test_schedule_retry_refuses_when_retries_are_used_up(store: HubStore) -> Non
 
 def test_schedule_retry_of_an_unfinished_or_succeeded_job_is_illegal(store: HubStore) -> None:
     for start in ("queued", "running", "succeeded"):
-        job = AssignJobFactory(status=start, max_retries=3)
+        job = AssignJobFactory.create(status=start, max_retries=3)
         before = row(store, job.job_id)
         with pytest.raises(IllegalTransition):
             store.schedule_assign_retry(job.job_id)
@@ -695,13 +695,13 @@ def test_schedule_retry_of_a_missing_job(store: HubStore) -> None:
 def test_sweep_times_out_due_jobs_and_retries_those_with_retries_left(store: HubStore,
                                                                       heard: Heard) -> None:
     t = now_ms()
-    queued_due = AssignJobFactory(status="queued", deadline_ms=t - 5, max_retries=0)
-    running_due = AssignJobFactory(status="running", deadline_ms=t, max_retries=1,
+    queued_due = AssignJobFactory.create(status="queued", deadline_ms=t - 5, max_retries=0)
+    running_due = AssignJobFactory.create(status="running", deadline_ms=t, max_retries=1,
                                    error={"kept": True}, timeout_ms=20_000)
-    not_yet = AssignJobFactory(status="running", deadline_ms=t + 1)
-    no_deadline = AssignJobFactory(status="running", deadline_ms=None)
-    finished = AssignJobFactory(status="succeeded", deadline_ms=t - 100)
-    failed = AssignJobFactory(status="failed", deadline_ms=t - 100, max_retries=5)
+    not_yet = AssignJobFactory.create(status="running", deadline_ms=t + 1)
+    no_deadline = AssignJobFactory.create(status="running", deadline_ms=None)
+    finished = AssignJobFactory.create(status="succeeded", deadline_ms=t - 100)
+    failed = AssignJobFactory.create(status="failed", deadline_ms=t - 100, max_retries=5)
     untouched = {j.job_id: row(store, j.job_id)
                  for j in (not_yet, no_deadline, finished, failed)}
     heard.clear()
@@ -746,7 +746,7 @@ def test_a_job_retried_by_a_sweep_is_not_swept_again_by_that_sweep(store: HubSto
 
 
 def test_sweep_of_nothing_due(store: HubStore, heard: Heard) -> None:
-    AssignJobFactory(status="running", deadline_ms=now_ms() + 60_000)
+    AssignJobFactory.create(status="running", deadline_ms=now_ms() + 60_000)
     heard.clear()
     assert store.sweep_timed_out_assigns() == {"timed_out": 0, "retried": 0}
     assert store.sweep_timed_out_assigns(now_ms=0) == {"timed_out": 0, "retried": 0}
@@ -768,12 +768,12 @@ def test_a_late_result_after_the_sweep_is_stale(store: HubStore) -> None:
 def test_claim_takes_the_highest_priority_then_the_oldest(store: HubStore,
                                                           heard: Heard) -> None:
     t = now_ms()
-    low = AssignJobFactory(worker_agent="w1", priority=3, created_at_ms=t - 100)
-    new_high = AssignJobFactory(worker_agent="w1", priority=8, created_at_ms=t - 10)
-    old_high = AssignJobFactory(worker_agent="w1", priority=8, created_at_ms=t - 50)
-    AssignJobFactory(worker_agent="w2", priority=9, created_at_ms=t - 500)
-    AssignJobFactory(worker_agent="w1", priority=9, status="running")
-    AssignJobFactory(worker_agent="w1", priority=9, status="failed")
+    low = AssignJobFactory.create(worker_agent="w1", priority=3, created_at_ms=t - 100)
+    new_high = AssignJobFactory.create(worker_agent="w1", priority=8, created_at_ms=t - 10)
+    old_high = AssignJobFactory.create(worker_agent="w1", priority=8, created_at_ms=t - 50)
+    AssignJobFactory.create(worker_agent="w2", priority=9, created_at_ms=t - 500)
+    AssignJobFactory.create(worker_agent="w1", priority=9, status="running")
+    AssignJobFactory.create(worker_agent="w1", priority=9, status="failed")
     heard.clear()
     order = []
     before = now_ms()

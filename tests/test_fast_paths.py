@@ -28,14 +28,14 @@ def test_poll_equals_the_references_or_query(store, backend):
     rng = random.Random(11)
     agents = [f"agent-{i}" for i in range(6)]
     for agent in agents:
-        AgentFactory(agent_id=agent, topics=rng.sample(["t.a", "t.b", "t.c", "t.d"], 2))
+        AgentFactory.create(agent_id=agent, topics=rng.sample(["t.a", "t.b", "t.c", "t.d"], 2))
     for _ in range(400):
         if rng.random() < 0.4:
             topic = rng.choice(["t.a", "t.b", "t.c", "t.d", "t.e"])
             to_agent = rng.choice([f"topic:{topic}", f"TOPIC:{topic}", "topic:", topic])
         else:
             to_agent, topic = rng.choice([*agents, "someone"]), rng.choice(["t.a", "x"])
-        MessageFactory(to_agent=to_agent, topic=topic, created_at_ms=rng.randint(0, 60))
+        MessageFactory.create(to_agent=to_agent, topic=topic, created_at_ms=rng.randint(0, 60))
     for agent in agents:
         for limit in (1, 5, 20, 100):
             for include in (None, ["t.e"], ["t.a", "t.b", "t.a"]):
@@ -69,7 +69,7 @@ def test_pattern_search_with_and_without_the_trigram_index(store):
              "of", "ab", "Ab", "a\"b", "ключ"]
     for _ in range(300):
         message = " ".join(rng.choice(words) for _ in range(rng.randint(1, 6)))
-        ReflexionEntryFactory(error_pattern=normalize_error(message) or "x",
+        ReflexionEntryFactory.create(error_pattern=normalize_error(message) or "x",
                               context={"cli": rng.choice(["codex", "gemini"])},
                               confidence=rng.random())
     needles = ["cannot read", "CANNOT", "x_1", "100%", "échec", "ÉCHEC", "ab", "a\"b", "b",

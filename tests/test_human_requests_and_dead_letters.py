@@ -27,7 +27,7 @@ def test_insert_human_request_stores_an_absolute_deadline(store):
 
 @pytest.mark.parametrize("response", [{"token": "s3cr3t"}, 0, "", False, [], None, "yes"])
 def test_update_human_request_keeps_the_response_as_given(store, response):
-    req = HumanRequestFactory()
+    req = HumanRequestFactory.create()
     assert store.update_human_request(req.request_id, "accepted", response) is True
     stored = store.get_human_request(req.request_id)
     assert stored.state == "accepted"
@@ -36,7 +36,7 @@ def test_update_human_request_keeps_the_response_as_given(store, response):
 
 def test_update_missing_request_and_bad_state(store):
     assert store.update_human_request("missing", "accepted") is False
-    req = HumanRequestFactory()
+    req = HumanRequestFactory.create()
     with pytest.raises(ValidationError, match="state"):
         store.update_human_request(req.request_id, "maybe")
     assert store.get_human_request(req.request_id).state == "pending"
@@ -44,9 +44,9 @@ def test_update_missing_request_and_bad_state(store):
 
 def test_pending_and_expiry(store):
     now = 50_000_000
-    overdue = HumanRequestFactory(deadline_ms=now - 1)
-    due_now = HumanRequestFactory(deadline_ms=now)
-    HumanRequestFactory(state="accepted", deadline_ms=now - 1)
+    overdue = HumanRequestFactory.create(deadline_ms=now - 1)
+    due_now = HumanRequestFactory.create(deadline_ms=now)
+    HumanRequestFactory.create(state="accepted", deadline_ms=now - 1)
     assert {r.request_id for r in store.get_pending_human_requests()} == {
         overdue.request_id, due_now.request_id}
     assert store.expire_human_requests(now_ms=now) == 1
@@ -61,7 +61,7 @@ def test_insert_refuses_bad_kind(store):
 
 
 def test_move_to_dead_letter_marks_and_replaces(store):
-    msg = MessageFactory()
+    msg = MessageFactory.create()
     assert store.move_to_dead_letter(msg.id, "boom", "trace") is True
     assert store.get_message(msg.id).status == "dead_letter"
     assert store.move_to_dead_letter(msg.id, "again") is True
@@ -71,7 +71,7 @@ def test_move_to_dead_letter_marks_and_replaces(store):
 
 
 def test_dead_letters_newest_first_with_limit(store):
-    ids = [DeadLetterFactory(failed_at_ms=t).message_id for t in (10, 30, 20)]
+    ids = [DeadLetterFactory.create(failed_at_ms=t).message_id for t in (10, 30, 20)]
     assert [d.message_id for d in store.get_dead_letters()] == [ids[1], ids[2], ids[0]]
     assert [d.message_id for d in store.get_dead_letters(limit=1)] == [ids[1]]
     assert store.get_dead_letters(limit=0) == []
@@ -79,10 +79,10 @@ def test_dead_letters_newest_first_with_limit(store):
 
 def test_sweep_expired_dead_letters_queued_messages_and_times_out_requests(store):
     now = 90_000_000
-    expired = MessageFactory(expires_at_ms=now - 1)
-    MessageFactory(expires_at_ms=now - 1, status="acked")
-    fresh = MessageFactory(expires_at_ms=now + 1)
-    HumanRequestFactory(deadline_ms=now - 5)
+    expired = MessageFactory.create(expires_at_ms=now - 1)
+    MessageFactory.create(expires_at_ms=now - 1, status="acked")
+    fresh = MessageFactory.create(expires_at_ms=now + 1)
+    HumanRequestFactory.create(deadline_ms=now - 5)
     assert store.sweep_expired(now_ms=now) == {"messages": 1, "human_requests": 1}
     assert store.get_message(expired.id).status == "dead_letter"
     assert store.get_message(fresh.id).status == "queued"

@@ -44,21 +44,21 @@ def test_audit_log_refuses_unknown_type_and_status(store):
 
 
 def test_response_by_correlation_is_the_newest_response(store):
-    MessageFactory(type="response", correlation_id="c", created_at_ms=1, payload={"n": 1})
-    MessageFactory(type="response", correlation_id="c", created_at_ms=3, payload={"n": 3})
-    MessageFactory(type="request", correlation_id="c", created_at_ms=9, payload={"n": 9})
+    MessageFactory.create(type="response", correlation_id="c", created_at_ms=1, payload={"n": 1})
+    MessageFactory.create(type="response", correlation_id="c", created_at_ms=3, payload={"n": 3})
+    MessageFactory.create(type="request", correlation_id="c", created_at_ms=9, payload={"n": 9})
     assert store.get_response_by_correlation("c").payload == {"n": 3}
     assert store.get_response_by_correlation("none") is None
 
 
 def test_messages_by_trace_oldest_first(store):
-    ids = [MessageFactory(trace_id="tr", created_at_ms=t).id for t in (5, 1, 3)]
-    MessageFactory(trace_id="other")
+    ids = [MessageFactory.create(trace_id="tr", created_at_ms=t).id for t in (5, 1, 3)]
+    MessageFactory.create(trace_id="other")
     assert [m.id for m in store.get_messages_by_trace("tr")] == [ids[1], ids[2], ids[0]]
 
 
 def test_update_message_status(store):
-    msg = MessageFactory()
+    msg = MessageFactory.create()
     assert store.update_message_status(msg.id, "acked") is True
     assert store.get_message(msg.id).status == "acked"
     assert store.update_message_status("missing", "acked") is False
@@ -73,13 +73,14 @@ def _reference_poll(messages: list[Message], agent: str, topics: list[str], limi
 
 
 def test_poll_returns_direct_and_topic_messages_newest_first(store):
-    AgentFactory(agent_id="me", topics=["t.a", "t.b"])
+    AgentFactory.create(agent_id="me", topics=["t.a", "t.b"])
     rows = []
     for i in range(60):
         kind = i % 5
         to_agent, topic = [("me", "direct"), ("topic:t.a", "t.a"), ("topic:t.c", "t.c"),
                            ("other", "t.a"), ("TOPIC:t.b", "t.b")][kind]
-        rows.append(MessageFactory(to_agent=to_agent, topic=topic, created_at_ms=1000 + i // 2))
+        rows.append(MessageFactory.create(to_agent=to_agent, topic=topic,
+                                          created_at_ms=1000 + i // 2))
     got = [m.id for m in store.poll_for_agent("me")]
     assert got == _reference_poll(rows, "me", ["t.a", "t.b"], 20)
     assert len(got) == 20
@@ -89,8 +90,8 @@ def test_poll_returns_direct_and_topic_messages_newest_first(store):
 
 
 def test_poll_without_topics_is_direct_only(store):
-    direct = MessageFactory(to_agent="lonely")
-    MessageFactory(to_agent="topic:t.a", topic="t.a")
+    direct = MessageFactory.create(to_agent="lonely")
+    MessageFactory.create(to_agent="topic:t.a", topic="t.a")
     assert [m.id for m in store.poll_for_agent("lonely")] == [direct.id]
     assert store.poll_for_agent("nobody") == []
 
@@ -101,17 +102,17 @@ def test_poll_without_topics_is_direct_only(store):
 ])
 def test_poll_clamps_the_limit(store, given, expected):
     for i in range(120):
-        MessageFactory(to_agent="me", created_at_ms=i)
+        MessageFactory.create(to_agent="me", created_at_ms=i)
     assert len(store.poll_for_agent("me", max_messages=given)) == expected
 
 
 def test_poll_counts_a_message_once_even_if_the_agent_is_named_like_a_topic(store):
-    msg = MessageFactory(to_agent="topic:t.a", topic="t.a")
+    msg = MessageFactory.create(to_agent="topic:t.a", topic="t.a")
     assert [m.id for m in store.poll_for_agent("topic:t.a", include_topics=["t.a"])] == [msg.id]
 
 
 def test_deliver_and_ack_compatibility(store):
-    msg = MessageFactory()
+    msg = MessageFactory.create()
     assert store.deliver_to_agent(msg.id, "b") is True
     assert store.deliver_to_agent(msg.id, "") is False
     assert store.deliver_to_agent("missing", "b") is False

@@ -44,24 +44,25 @@ def _fill_every_table(url: URL) -> None:
     with HubStore.open(url) as store:
         factories.bind(store)
         try:
-            factories.AgentFactory(agent_id="agent-ü", capabilities=123, topics=["한글"],
+            factories.AgentFactory.create(agent_id="agent-ü", capabilities=123, topics=["한글"],
                                    meta={"k": [True, None, 2.5]})
-            factories.AgentFactory(pid=7, meta="str")
-            messages = [factories.MessageFactory(payload=p, priority=i + 1)
+            factories.AgentFactory.create(pid=7, meta="str")
+            messages = [factories.MessageFactory.create(payload=p, priority=i + 1)
                         for i, p in enumerate([123, "str", [], True, {"ключ": "значение"}])]
-            factories.MessageInboxFactory(message_id=messages[0].id, agent_id="a")
-            factories.MessageInboxFactory(message_id=messages[0].id, agent_id="b")
-            factories.MessageInboxFactory(message_id=messages[1].id, acked_at_ms=5)
-            factories.HumanRequestFactory(response={"token": "✓"}, schema=[])
-            factories.HumanRequestFactory(state="timed_out")
-            factories.DeadLetterFactory(message_id=messages[2].id, last_error="boom")
-            factories.AssignJobFactory(result=[1, "two"], error=False, status="succeeded")
-            factories.AssignJobFactory(payload={"nested": {"deep": []}})
-            factories.PipelineStateFactory(artifacts={"plan": "p.md"}, phase_history=["plan"])
-            factories.PipelineStateFactory(artifacts=None, fix_attempt=None)
-            factories.ReflexionEntryFactory(context={"file": "a.js"}, confidence=0.123456789)
-            factories.ReflexionEntryFactory(error_pattern="econnrefused <file>")
-            factories.ReflexionEntryFactory(type="adaptive", adaptive_state={"rule": 1})
+            factories.MessageInboxFactory.create(message_id=messages[0].id, agent_id="a")
+            factories.MessageInboxFactory.create(message_id=messages[0].id, agent_id="b")
+            factories.MessageInboxFactory.create(message_id=messages[1].id, acked_at_ms=5)
+            factories.HumanRequestFactory.create(response={"token": "✓"}, schema=[])
+            factories.HumanRequestFactory.create(state="timed_out")
+            factories.DeadLetterFactory.create(message_id=messages[2].id, last_error="boom")
+            factories.AssignJobFactory.create(result=[1, "two"], error=False, status="succeeded")
+            factories.AssignJobFactory.create(payload={"nested": {"deep": []}})
+            factories.PipelineStateFactory.create(artifacts={"plan": "p.md"},
+                                                  phase_history=["plan"])
+            factories.PipelineStateFactory.create(artifacts=None, fix_attempt=None)
+            factories.ReflexionEntryFactory.create(context={"file": "a.js"}, confidence=0.123456789)
+            factories.ReflexionEntryFactory.create(error_pattern="econnrefused <file>")
+            factories.ReflexionEntryFactory.create(type="adaptive", adaptive_state={"rule": 1})
         finally:
             factories.unbind()
 

@@ -25,8 +25,9 @@ def test_add_and_get(store):
 
 
 def test_exact_match_by_confidence_without_limit(store):
-    made = [ReflexionEntryFactory(error_pattern="same", confidence=c / 20) for c in range(12)]
-    ReflexionEntryFactory(error_pattern="same but longer")
+    made = [ReflexionEntryFactory.create(error_pattern="same", confidence=c / 20)
+            for c in range(12)]
+    ReflexionEntryFactory.create(error_pattern="same but longer")
     found = store.find_reflexion("same")
     assert ids(found) == ids(sorted(made, key=lambda e: -e.confidence))
     assert len(found) == 12
@@ -34,10 +35,10 @@ def test_exact_match_by_confidence_without_limit(store):
 
 def test_substring_fallback_limit_case_and_wildcards(store):
     for i in range(12):
-        ReflexionEntryFactory(error_pattern=f"prefix CANNOT READ x of undefined {i}",
+        ReflexionEntryFactory.create(error_pattern=f"prefix CANNOT READ x of undefined {i}",
                               confidence=i / 20)
-    literal = ReflexionEntryFactory(error_pattern="100%_done\\ok")
-    ReflexionEntryFactory(error_pattern="100xxdone\\ok")
+    literal = ReflexionEntryFactory.create(error_pattern="100%_done\\ok")
+    ReflexionEntryFactory.create(error_pattern="100xxdone\\ok")
     found = store.find_reflexion("cannot read x")
     assert len(found) == 10  # the reference's LIKE ignores ASCII case, at most 10
     assert [e.confidence for e in found] == sorted((e.confidence for e in found), reverse=True)
@@ -45,23 +46,24 @@ def test_substring_fallback_limit_case_and_wildcards(store):
 
 
 def test_substring_ignores_case_for_ascii_letters_only(store):
-    entry = ReflexionEntryFactory(error_pattern="ÉCHEC total")
+    entry = ReflexionEntryFactory.create(error_pattern="ÉCHEC total")
     assert store.find_reflexion("échec") == []  # SQLite's LIKE folds ASCII only
     assert ids(store.find_reflexion("TOTAL")) == [entry.id]
     assert ids(store.find_reflexion("ÉCHEC T")) == [entry.id]
 
 
 def test_short_needles_and_long_needles(store):
-    entry = ReflexionEntryFactory(error_pattern="ab" + "z" * 150)
+    entry = ReflexionEntryFactory.create(error_pattern="ab" + "z" * 150)
     assert ids(store.find_reflexion("b")) == [entry.id]       # under trigram size
     assert ids(store.find_reflexion("ab" + "z" * 200)) == [entry.id]  # first 100 units only
 
 
 def test_context_filters_are_typed_equalities(store):
-    a = ReflexionEntryFactory(error_pattern="p", context={"cli": "codex", "n": 1, "flag": True})
-    b = ReflexionEntryFactory(error_pattern="p", context={"cli": "gemini", "n": "1",
-                                                          "flag": 1})
-    c = ReflexionEntryFactory(error_pattern="p", context={"cli": "codex", "n": 1.0,
+    a = ReflexionEntryFactory.create(error_pattern="p",
+                                     context={"cli": "codex", "n": 1, "flag": True})
+    b = ReflexionEntryFactory.create(error_pattern="p",
+                                     context={"cli": "gemini", "n": "1", "flag": 1})
+    c = ReflexionEntryFactory.create(error_pattern="p", context={"cli": "codex", "n": 1.0,
                                                           "flag": False})
     assert set(ids(store.find_reflexion("p", {"cli": "codex"}))) == {a.id, c.id}
     assert set(ids(store.find_reflexion("p", {"n": 1}))) == {a.id, c.id}
@@ -74,14 +76,14 @@ def test_context_filters_are_typed_equalities(store):
 
 @pytest.mark.parametrize("key", ["a.b", "ключ", 'quo"te', "sp ace", "$.x", "[0]", "a'b"])
 def test_odd_context_keys_work(store, key):
-    hit = ReflexionEntryFactory(error_pattern="p", context={key: "v"})
-    ReflexionEntryFactory(error_pattern="p", context={key: "w"})
+    hit = ReflexionEntryFactory.create(error_pattern="p", context={key: "v"})
+    ReflexionEntryFactory.create(error_pattern="p", context={key: "w"})
     assert ids(store.find_reflexion("p", {key: "v"})) == [hit.id]
 
 
 def test_an_injected_key_finds_nothing(store):
-    ReflexionEntryFactory(error_pattern="p", context={"cli": "x"})
-    ReflexionEntryFactory(error_pattern="p", context={"cli": "codex"})
+    ReflexionEntryFactory.create(error_pattern="p", context={"cli": "x"})
+    ReflexionEntryFactory.create(error_pattern="p", context={"cli": "codex"})
     assert store.find_reflexion("p", {"cli') = 'x' OR 1=1 --": "x"}) == []
     assert store.find_reflexion("p", {"cli\") = 'x' OR 1=1 --": "x"}) == []
     assert len(store.find_reflexion("p")) == 2
@@ -94,7 +96,7 @@ def test_bad_context_filters_are_refused(store, context):
 
 
 def test_hit_updates_counts_and_confidence(store):
-    entry = ReflexionEntryFactory(hit_count=9, success_count=9)
+    entry = ReflexionEntryFactory.create(hit_count=9, success_count=9)
     hit = store.update_reflexion_hit(entry.id, success=True)
     assert (hit.hit_count, hit.success_count, hit.confidence) == (10, 10, 1.0)
     miss = store.update_reflexion_hit(entry.id)
@@ -106,9 +108,9 @@ def test_hit_updates_counts_and_confidence(store):
 def test_prune_needs_both_age_and_low_confidence(store):
     now = 10 ** 12
     day = 86_400_000
-    old_low = ReflexionEntryFactory(updated_at_ms=now - 31 * day, confidence=0.1)
-    ReflexionEntryFactory(updated_at_ms=now - 31 * day, confidence=0.2)
-    ReflexionEntryFactory(updated_at_ms=now - 29 * day, confidence=0.1)
+    old_low = ReflexionEntryFactory.create(updated_at_ms=now - 31 * day, confidence=0.1)
+    ReflexionEntryFactory.create(updated_at_ms=now - 31 * day, confidence=0.2)
+    ReflexionEntryFactory.create(updated_at_ms=now - 29 * day, confidence=0.1)
     assert store.prune_reflexion(now_ms=now) == 1
     assert store.get_reflexion(old_low.id) is None
     assert store.prune_reflexion(max_age_ms=0, min_confidence=0.5, now_ms=now) == 2

@@ -11,13 +11,13 @@ from tests.factories import AgentFactory, AssignJobFactory, DeadLetterFactory, M
 
 
 def test_hub_and_audit_stats(store):
-    AgentFactory(status="online")
-    AgentFactory(status="stale")
+    AgentFactory.create(status="online")
+    AgentFactory.create(status="stale")
     for priority, status in ((7, "queued"), (9, "queued"), (6, "queued"), (8, "acked")):
-        MessageFactory(priority=priority, status=status)
-    DeadLetterFactory()
+        MessageFactory.create(priority=priority, status=status)
+    DeadLetterFactory.create()
     for status in ("queued", "running", "running", "failed", "timed_out", "succeeded"):
-        AssignJobFactory(status=status)
+        AssignJobFactory.create(status=status)
     assert store.get_queue_depths() == {"urgent": 2, "normal": 1, "dlq": 1}
     assert store.get_hub_stats() == {"online_agents": 1, "total_messages": 4,
                                      "active_assign_jobs": 3, "urgent": 2, "normal": 1,
@@ -29,9 +29,9 @@ def test_hub_and_audit_stats(store):
 
 def test_delivery_stats_count_recent_acked_messages(store):
     now = 10 ** 12
-    MessageFactory(status="acked", created_at_ms=now - 1000)
-    MessageFactory(status="acked", created_at_ms=now - 300_000)
-    MessageFactory(status="queued", created_at_ms=now)
+    MessageFactory.create(status="acked", created_at_ms=now - 1000)
+    MessageFactory.create(status="acked", created_at_ms=now - 300_000)
+    MessageFactory.create(status="queued", created_at_ms=now)
     assert store.get_delivery_stats(now_ms=now) == {"total_deliveries": 1, "avg_delivery_ms": 0}
 
 
