@@ -2,23 +2,33 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from hubstore import Lease, ValidationError
+from hubstore import HubStore, Lease, ValidationError
 from hubstore.ids import now_ms
+from hubstore.models import Agent
 from tests.factories import AgentFactory
 
 
-def test_register_creates_an_online_agent_with_a_lease(store):
+def stored_agent(store: HubStore, agent_id: str) -> Agent:
+    agent = store.get_agent(agent_id)
+    assert agent is not None
+    return agent
+
+
+def test_register_creates_an_online_agent_with_a_lease(store: HubStore) -> None:
     before = now_ms()
     lease = store.register_agent("codex-1", "codex", pid=42, capabilities=["code"],
                                  topics=["t.a"], heartbeat_ttl_ms=10_000,
                                  metadata={"host": "box", "ключ": "значение"})
     assert isinstance(lease, Lease)
+    assert lease.lease_id is not None
     assert lease.agent_id == "codex-1" and len(lease.lease_id) == 36
     assert lease.lease_expires_ms == lease.server_time_ms + 10_000
     assert lease.server_time_ms >= before
-    agent = store.get_agent("codex-1")
+    agent = stored_agent(store, "codex-1")
     assert agent.to_dict() == {
         "agent_id": "codex-1", "cli": "codex", "pid": 42, "capabilities": ["code"],
         "topics": ["t.a"], "last_seen_ms": lease.server_time_ms,
@@ -27,35 +37,35 @@ def test_register_creates_an_online_agent_with_a_lease(store):
     }
 
 
-def test_register_again_replaces_the_row(store):
+def test_register_again_replaces_the_row(store: HubStore) -> None:
     store.register_agent("a", "codex", topics=["x"], metadata={"v": 1})
     store.update_agent_status("a", "offline")
     store.register_agent("a", "gemini")
-    agent = store.get_agent("a")
+    agent = stored_agent(store, "a")
     assert (agent.cli, agent.status, agent.topics, agent.meta) == ("gemini", "online", [], {})
     assert len(store.list_all_agents()) == 1
 
 
-def test_refresh_lease_moves_the_lease_and_revives(store):
+def test_refresh_lease_moves_the_lease_and_revives(store: HubStore) -> None:
     AgentFactory.create(agent_id="a", status="stale", lease_expires_ms=1, last_seen_ms=1)
     lease = store.refresh_lease("a", ttl_ms=5_000)
     assert lease.lease_id is None
-    agent = store.get_agent("a")
+    agent = stored_agent(store, "a")
     assert agent.status == "online"
     assert agent.lease_expires_ms == lease.lease_expires_ms == lease.server_time_ms + 5_000
 
 
-def test_update_topics_and_status_report_whether_a_row_changed(store):
+def test_update_topics_and_status_report_whether_a_row_changed(store: HubStore) -> None:
     AgentFactory.create(agent_id="a", topics=["old"])
     assert store.update_agent_topics("a", ["t.1", "t.2"]) is True
-    assert store.get_agent("a").topics == ["t.1", "t.2"]
+    assert stored_agent(store, "a").topics == ["t.1", "t.2"]
     assert store.update_agent_topics("missing", ["t"]) is False
     assert store.update_agent_status("a", "stale") is True
-    assert store.get_agent("a").status == "stale"
+    assert stored_agent(store, "a").status == "stale"
     assert store.update_agent_status("missing", "stale") is False
 
 
-def test_listing_by_status_and_topic(store, backend):
+def test_listing_by_status_and_topic(store: HubStore, backend: str) -> None:
     AgentFactory.create(agent_id="on", topics=["t.a", "t.b"])
     AgentFactory.create(agent_id="stale", status="stale", topics=["t.a"])
     AgentFactory.create(agent_id="off", status="offline", topics=["t.a"])
@@ -71,7 +81,7 @@ def test_listing_by_status_and_topic(store, backend):
     assert store.deliver_to_topic("any-message", "t.a") == 2
 
 
-def test_sweep_stale_agents_at_a_chosen_time(store):
+def test_sweep_stale_agents_at_a_chosen_time(store: HubStore) -> None:
     now = 10_000_000
     AgentFactory.create(agent_id="fresh", lease_expires_ms=now + 1)
     AgentFactory.create(agent_id="lapsed", lease_expires_ms=now - 1)
@@ -91,15 +101,16 @@ def test_sweep_stale_agents_at_a_chosen_time(store):
     ({"agent_id": "a", "cli": "codex", "metadata": {1: "x"}}, "keys must be strings"),
     ({"agent_id": "a", "cli": "codex", "capabilities": [float("nan")]}, "not valid JSON"),
 ])
-def test_register_refuses_bad_input_and_writes_nothing(store, kwargs, fragment):
+def test_register_refuses_bad_input_and_writes_nothing(store: HubStore, kwargs: dict[str, Any],
+                                                       fragment: str) -> None:
     with pytest.raises(ValidationError, match=fragment):
         store.register_agent(**kwargs)
     assert store.list_all_agents() == []
 
 
-def test_update_status_refuses_unknown_status(store):
+def test_update_status_refuses_unknown_status(store: HubStore) -> None:
     AgentFactory.create(agent_id="a")
     with pytest.raises(ValidationError) as info:
         store.update_agent_status("a", "asleep")
     assert info.value.code == "VALIDATION"
-    assert store.get_agent("a").status == "online"
+    assert stored_agent(store, "a").status == "online"

@@ -16,6 +16,7 @@ from sqlalchemy import text
 from hubstore import HubStore
 from hubstore.errors import (
     AssignNotFound,
+    HubStoreError,
     IllegalTransition,
     RetryExhausted,
     StaleAttempt,
@@ -86,6 +87,7 @@ def test_create_applies_the_reference_defaults(store: HubStore, heard: Heard) ->
     assert (job.topic, job.task, job.payload, job.status) == ("assign.job", "", {}, "queued")
     assert (job.attempt, job.retry_count, job.max_retries, job.priority) == (1, 0, 0, 5)
     assert (job.ttl_ms, job.timeout_ms) == (600_000, 600_000)
+    assert job.deadline_ms is not None
     assert before + 600_000 <= job.deadline_ms <= after + 600_000
     assert before <= job.created_at_ms == job.updated_at_ms <= after
     assert job.started_at_ms is job.completed_at_ms is job.last_retry_at_ms is None
@@ -155,7 +157,9 @@ def test_update_to_running_sets_start_and_deadline(store: HubStore, heard: Heard
     moved = store.update_assign_status(cleared.job_id, "running")
     after = now_ms()
     assert moved is not None and moved.status == "running"
+    assert moved.started_at_ms is not None
     assert before <= moved.started_at_ms <= after
+    assert moved.deadline_ms is not None
     assert before + 30_000 <= moved.deadline_ms <= after + 30_000
     assert before <= moved.updated_at_ms <= after
     # A job that has a deadline keeps it when it starts running.
@@ -186,6 +190,7 @@ def test_update_to_terminal_clears_deadline(store: HubStore, heard: Heard) -> No
         done = store.update_assign_status(job.job_id, terminal, result={"ok": 1})
         assert done is not None
         assert done.status == terminal and done.deadline_ms is None
+        assert done.completed_at_ms is not None
         assert done.completed_at_ms >= before and done.result == {"ok": 1}
         assert statuses(heard)[-1] == (job.job_id, terminal, 1)
         assert heard[-1][0]["result"] == {"ok": 1}
@@ -309,7 +314,9 @@ def test_retry_assign_requeues_for_the_next_attempt(store: HubStore, heard: Hear
     after = now_ms()
     assert retried is not None
     assert (retried.status, retried.attempt, retried.retry_count) == ("queued", 3, 2)
+    assert retried.deadline_ms is not None
     assert before + 40_000 <= retried.deadline_ms <= after + 40_000
+    assert retried.last_retry_at_ms is not None
     assert before <= retried.last_retry_at_ms <= after
     assert retried.started_at_ms is None and retried.completed_at_ms is None
     assert retried.result is None and retried.error == {"e": 1}
@@ -458,7 +465,7 @@ def test_report_refusals_carry_the_reference_codes_and_change_nothing(store: Hub
     job = running_job(store)
     before, before_trace = row(store, job.job_id), len(trace(store, job))
     heard.clear()
-    cases: list[tuple[Callable[[], object], type[Exception], str]] = [
+    cases: list[tuple[Callable[[], object], type[HubStoreError], str]] = [
         (lambda: store.report_assign_result("nope", "succeeded"),
          AssignNotFound, "ASSIGN_NOT_FOUND"),
         (lambda: store.report_assign_result(job.job_id, "succeeded", worker_agent="w2"),
@@ -488,6 +495,7 @@ def test_progress_refreshes_the_deadline_and_tells_the_supervisor(store: HubStor
     after = now_ms()
     assert outcome.event == "progress"
     assert outcome.job.status == "running" and outcome.job.result == {"pct": 10}
+    assert outcome.job.deadline_ms is not None
     assert before + 45_000 <= outcome.job.deadline_ms <= after + 45_000
     assert outcome.job.started_at_ms == job.started_at_ms
     assert row(store, job.job_id) == outcome.job.to_dict()
@@ -510,7 +518,9 @@ def test_running_report_on_a_queued_job_starts_it(store: HubStore, heard: Heard)
     outcome = store.report_assign_result(job.job_id, "running", worker_agent="w1", attempt=1)
     assert outcome.event == "progress"
     assert outcome.job.status == "running"
+    assert outcome.job.started_at_ms is not None
     assert outcome.job.started_at_ms >= before
+    assert outcome.job.deadline_ms is not None
     assert outcome.job.deadline_ms >= before + 20_000
     assert statuses(heard) == [(job.job_id, "running", 1)]
     assert [m.payload["event"] for m in events(store, job)] == ["progress"]
@@ -543,6 +553,7 @@ def test_final_report_completes_the_job(store: HubStore, heard: Heard) -> None:
         done = outcome.job
         assert (done.status, done.result, done.error, done.deadline_ms) == (
             final, {"out": 1}, "why", None), reported
+        assert done.completed_at_ms is not None
         assert done.completed_at_ms >= before
         assert row(store, job.job_id) == done.to_dict()
         [event] = events(store, job)
@@ -591,6 +602,7 @@ def test_failure_with_retries_left_is_retried_and_redispatched(store: HubStore, 
     retried = outcome.job
     assert (retried.status, retried.attempt, retried.retry_count) == ("queued", 2, 1)
     assert retried.error == {"why": "x"} and retried.result is None
+    assert retried.deadline_ms is not None
     assert before + 30_000 <= retried.deadline_ms <= after + 30_000
     assert retried.started_at_ms is None and retried.completed_at_ms is None
     assert row(store, job.job_id) == retried.to_dict()
@@ -778,6 +790,7 @@ def test_claim_takes_the_highest_priority_then_the_oldest(store: HubStore,
     order = []
     before = now_ms()
     while (claimed := store.claim_next_assign("w1")) is not None:
+        assert claimed.started_at_ms is not None
         assert claimed.status == "running" and claimed.started_at_ms >= before
         assert row(store, claimed.job_id)["status"] == "running"
         order.append(claimed.job_id)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 
 import pytest
 from sqlalchemy import event, text
@@ -12,7 +13,7 @@ from hubstore import HubStore, SchemaNotCurrent, ValidationError
 from hubstore.engine import ENV_URL, default_url, resolve_url
 
 
-def test_sqlite_settings_and_file_mode(tmp_path):
+def test_sqlite_settings_and_file_mode(tmp_path: Path) -> None:
     path = tmp_path / "deep" / "er" / "hub.db"
     with HubStore.open(f"sqlite:///{path}", auto_migrate=True) as store, \
             store.unit_of_work(write=False) as uow:
@@ -23,7 +24,7 @@ def test_sqlite_settings_and_file_mode(tmp_path):
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
-def test_writing_units_of_work_begin_immediate(tmp_path):
+def test_writing_units_of_work_begin_immediate(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'hub.db'}"
     with HubStore.open(url, auto_migrate=True) as store:
         statements: list[str] = []
@@ -36,7 +37,7 @@ def test_writing_units_of_work_begin_immediate(tmp_path):
     assert begins == ["BEGIN IMMEDIATE", "BEGIN DEFERRED"]
 
 
-def test_a_held_write_lock_makes_a_writer_wait_not_fail(tmp_path):
+def test_a_held_write_lock_makes_a_writer_wait_not_fail(tmp_path: Path) -> None:
     import threading
 
     url = f"sqlite:///{tmp_path / 'hub.db'}"
@@ -58,7 +59,7 @@ def test_a_held_write_lock_makes_a_writer_wait_not_fail(tmp_path):
         assert {a.agent_id for a in store.list_all_agents()} == {"holder", "waiter"}
 
 
-def test_url_resolution(monkeypatch):
+def test_url_resolution(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(ENV_URL, raising=False)
     assert str(resolve_url(None)) == default_url()
     monkeypatch.setenv(ENV_URL, "sqlite:///from-env.db")
@@ -69,7 +70,7 @@ def test_url_resolution(monkeypatch):
         resolve_url("mysql://u@h/db")
 
 
-def test_open_without_migrating_refuses_and_creates_nothing(tmp_path):
+def test_open_without_migrating_refuses_and_creates_nothing(tmp_path: Path) -> None:
     path = tmp_path / "missing.db"
     with pytest.raises(SchemaNotCurrent, match="hubstore db upgrade") as info:
         HubStore.open(f"sqlite:///{path}")

@@ -5,10 +5,16 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+from pathlib import Path
+from typing import Any
 
 from sqlalchemy import text
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.elements import ClauseElement
 
+from hubstore import HubStore
 from hubstore.reflexion import normalize_error
+from hubstore.services.base import Prepared
 from tests.factories import AgentFactory, MessageFactory, ReflexionEntryFactory
 
 # The reference's own poll query (hub/store.mjs: an OR over a JSON list scan), in SQL.
@@ -23,7 +29,7 @@ TOPIC_LIST = {"sqlite": "SELECT value FROM json_each(:topics)",
               "postgresql": "SELECT jsonb_array_elements_text(CAST(:topics AS jsonb))"}
 
 
-def test_poll_equals_the_references_or_query(store, backend):
+def test_poll_equals_the_references_or_query(store: HubStore, backend: str) -> None:
     reference = text(REFERENCE_POLL.format(topics=TOPIC_LIST[backend]))
     rng = random.Random(11)
     agents = [f"agent-{i}" for i in range(6)]
@@ -37,9 +43,11 @@ def test_poll_equals_the_references_or_query(store, backend):
             to_agent, topic = rng.choice([*agents, "someone"]), rng.choice(["t.a", "x"])
         MessageFactory.create(to_agent=to_agent, topic=topic, created_at_ms=rng.randint(0, 60))
     for agent in agents:
+        row = store.get_agent(agent)
+        assert row is not None
         for limit in (1, 5, 20, 100):
             for include in (None, ["t.e"], ["t.a", "t.b", "t.a"]):
-                topics = include or store.get_agent(agent).topics
+                topics = include or row.topics
                 with store.unit_of_work(write=False) as uow:
                     expected = list(uow.connection.scalars(reference, {
                         "agent": agent, "topics": json.dumps(topics), "limit": limit}))
@@ -47,7 +55,7 @@ def test_poll_equals_the_references_or_query(store, backend):
                 assert got == expected
 
 
-def _plain_find(store, needle, context):
+def _plain_find(store: HubStore, needle: str, context: dict[str, Any] | None) -> list[str]:
     """find_reflexion with the trigram index out of play: SQLite without the FTS5
     prefilter; PostgreSQL with index and bitmap scans off (a sequential scan)."""
     fast = store.features
@@ -62,7 +70,7 @@ def _plain_find(store, needle, context):
         store.features = fast
 
 
-def test_pattern_search_with_and_without_the_trigram_index(store):
+def test_pattern_search_with_and_without_the_trigram_index(store: HubStore) -> None:
     """The FTS5 / pg_trgm-backed search equals the plain LIKE scan."""
     rng = random.Random(5)
     words = ["TypeError", "cannot", "read", "x_1", "100%", "undefined", "ÉCHEC", "\\path",
@@ -81,16 +89,19 @@ def test_pattern_search_with_and_without_the_trigram_index(store):
     assert any(store.find_reflexion(n) for n in needles)
 
 
-def test_sqlite_plans_use_the_indexes(tmp_path):
+def test_sqlite_plans_use_the_indexes(tmp_path: Path) -> None:
     """The poll's branches and the claim run on their (partial) indexes, not table scans:
     the query repeats each partial index's predicate, so the planner can prove it."""
-    from hubstore import HubStore
     from hubstore.services.assign_hub import _CLAIM
     from hubstore.services.messages import _poll_statement
 
-    def plan(prepared) -> str:
+    def plan(prepared: Prepared) -> str:
         with store.unit_of_work(write=False) as uow:
+            # Prepared holds an Executable; every prepared statement is a Core clause,
+            # and SQLite compiles it with positional parameters.
+            assert isinstance(prepared.statement, ClauseElement)
             compiled = prepared.statement.compile(dialect=uow.connection.dialect)
+            assert isinstance(compiled, SQLCompiler) and compiled.positiontup is not None
             args = [None] * len(compiled.positiontup)  # the plan does not depend on them
             rows = uow.driver.execute(f"EXPLAIN QUERY PLAN {compiled}", args)
             return " ".join(row[3] for row in rows)

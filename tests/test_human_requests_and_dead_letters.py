@@ -4,19 +4,32 @@ from __future__ import annotations
 
 import pytest
 
-from hubstore import ValidationError
+from hubstore import HubStore, ValidationError
 from hubstore.ids import now_ms
+from hubstore.models import HumanRequest, Message
 from tests.factories import DeadLetterFactory, HumanRequestFactory, MessageFactory
 
 
-def test_insert_human_request_stores_an_absolute_deadline(store):
+def stored_request(store: HubStore, request_id: str) -> HumanRequest:
+    req = store.get_human_request(request_id)
+    assert req is not None
+    return req
+
+
+def stored_message(store: HubStore, message_id: str) -> Message:
+    msg = store.get_message(message_id)
+    assert msg is not None
+    return msg
+
+
+def test_insert_human_request_stores_an_absolute_deadline(store: HubStore) -> None:
     before = now_ms()
     req = store.insert_human_request("codex-1", "choice", "A or B?",
                                      requested_schema={"enum": ["A", "B"]}, deadline_ms=60_000,
                                      default_action="timeout_continue", trace_id="tr")
     after = now_ms()
     assert before + 60_000 <= req.deadline_ms <= after + 60_000
-    stored = store.get_human_request(req.request_id)
+    stored = stored_request(store, req.request_id)
     assert stored.to_dict() == {
         "request_id": req.request_id, "requester_agent": "codex-1", "kind": "choice",
         "prompt": "A or B?", "schema": {"enum": ["A", "B"]}, "state": "pending",
@@ -26,23 +39,24 @@ def test_insert_human_request_stores_an_absolute_deadline(store):
 
 
 @pytest.mark.parametrize("response", [{"token": "s3cr3t"}, 0, "", False, [], None, "yes"])
-def test_update_human_request_keeps_the_response_as_given(store, response):
+def test_update_human_request_keeps_the_response_as_given(store: HubStore,
+                                                          response: object) -> None:
     req = HumanRequestFactory.create()
     assert store.update_human_request(req.request_id, "accepted", response) is True
-    stored = store.get_human_request(req.request_id)
+    stored = stored_request(store, req.request_id)
     assert stored.state == "accepted"
     assert stored.response == response and type(stored.response) is type(response)
 
 
-def test_update_missing_request_and_bad_state(store):
+def test_update_missing_request_and_bad_state(store: HubStore) -> None:
     assert store.update_human_request("missing", "accepted") is False
     req = HumanRequestFactory.create()
     with pytest.raises(ValidationError, match="state"):
         store.update_human_request(req.request_id, "maybe")
-    assert store.get_human_request(req.request_id).state == "pending"
+    assert stored_request(store, req.request_id).state == "pending"
 
 
-def test_pending_and_expiry(store):
+def test_pending_and_expiry(store: HubStore) -> None:
     now = 50_000_000
     overdue = HumanRequestFactory.create(deadline_ms=now - 1)
     due_now = HumanRequestFactory.create(deadline_ms=now)
@@ -50,42 +64,42 @@ def test_pending_and_expiry(store):
     assert {r.request_id for r in store.get_pending_human_requests()} == {
         overdue.request_id, due_now.request_id}
     assert store.expire_human_requests(now_ms=now) == 1
-    assert store.get_human_request(overdue.request_id).state == "timed_out"
+    assert stored_request(store, overdue.request_id).state == "timed_out"
     assert [r.request_id for r in store.get_pending_human_requests()] == [due_now.request_id]
 
 
-def test_insert_refuses_bad_kind(store):
+def test_insert_refuses_bad_kind(store: HubStore) -> None:
     with pytest.raises(ValidationError, match="kind"):
         store.insert_human_request("a", "poem", "?", deadline_ms=1000)
     assert store.get_pending_human_requests() == []
 
 
-def test_move_to_dead_letter_marks_and_replaces(store):
+def test_move_to_dead_letter_marks_and_replaces(store: HubStore) -> None:
     msg = MessageFactory.create()
     assert store.move_to_dead_letter(msg.id, "boom", "trace") is True
-    assert store.get_message(msg.id).status == "dead_letter"
+    assert stored_message(store, msg.id).status == "dead_letter"
     assert store.move_to_dead_letter(msg.id, "again") is True
     letters = store.get_dead_letters()
     assert [(d.message_id, d.reason, d.last_error) for d in letters] == [(msg.id, "again", None)]
     assert store.get_queue_depths()["dlq"] == 1
 
 
-def test_dead_letters_newest_first_with_limit(store):
+def test_dead_letters_newest_first_with_limit(store: HubStore) -> None:
     ids = [DeadLetterFactory.create(failed_at_ms=t).message_id for t in (10, 30, 20)]
     assert [d.message_id for d in store.get_dead_letters()] == [ids[1], ids[2], ids[0]]
     assert [d.message_id for d in store.get_dead_letters(limit=1)] == [ids[1]]
     assert store.get_dead_letters(limit=0) == []
 
 
-def test_sweep_expired_dead_letters_queued_messages_and_times_out_requests(store):
+def test_sweep_expired_dead_letters_queued_messages_and_times_out_requests(store: HubStore) -> None:
     now = 90_000_000
     expired = MessageFactory.create(expires_at_ms=now - 1)
     MessageFactory.create(expires_at_ms=now - 1, status="acked")
     fresh = MessageFactory.create(expires_at_ms=now + 1)
     HumanRequestFactory.create(deadline_ms=now - 5)
     assert store.sweep_expired(now_ms=now) == {"messages": 1, "human_requests": 1}
-    assert store.get_message(expired.id).status == "dead_letter"
-    assert store.get_message(fresh.id).status == "queued"
+    assert stored_message(store, expired.id).status == "dead_letter"
+    assert stored_message(store, fresh.id).status == "queued"
     [letter] = store.get_dead_letters()
     assert (letter.message_id, letter.reason, letter.failed_at_ms) == (expired.id, "ttl_expired",
                                                                       now)

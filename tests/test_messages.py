@@ -2,69 +2,79 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from hubstore import ValidationError
+from hubstore import HubStore, ValidationError
 from hubstore.models import Message
 from tests.factories import AgentFactory, MessageFactory
 
 
-def test_audit_log_defaults_and_returned_row(store):
+def stored_message(store: HubStore, message_id: str) -> Message:
+    msg = store.get_message(message_id)
+    assert msg is not None
+    return msg
+
+
+def test_audit_log_defaults_and_returned_row(store: HubStore) -> None:
     msg = store.audit_log(type="event", from_agent="a", to_agent="b", topic="t")
     assert msg.priority == 5 and msg.ttl_ms == 300_000 and msg.status == "queued"
     assert msg.expires_at_ms == msg.created_at_ms + 300_000
     assert msg.payload == {}
     assert len(msg.correlation_id) == 36 and len(msg.trace_id) == 36
     assert msg.correlation_id != msg.trace_id
-    assert store.get_message(msg.id).to_dict() == msg.to_dict()
+    assert stored_message(store, msg.id).to_dict() == msg.to_dict()
 
 
-def test_enqueue_is_audit_log(store):
+def test_enqueue_is_audit_log(store: HubStore) -> None:
     msg = store.enqueue_message("request", "a", "b", "t", priority=9, ttl_ms=10,
                                 payload=[1], trace_id="tr", correlation_id="co",
                                 status="delivered")
-    stored = store.get_message(msg.id)
+    stored = stored_message(store, msg.id)
     assert (stored.type, stored.priority, stored.ttl_ms, stored.payload, stored.trace_id,
             stored.correlation_id, stored.status) == (
         "request", 9, 10, [1], "tr", "co", "delivered")
 
 
 @pytest.mark.parametrize("priority", [0, 10, 5.5, "5", True])
-def test_audit_log_refuses_a_bad_priority(store, priority):
+def test_audit_log_refuses_a_bad_priority(store: HubStore, priority: Any) -> None:
     with pytest.raises(ValidationError, match="priority"):
         store.audit_log("event", "a", "b", "t", priority=priority)
     assert store.get_hub_stats()["total_messages"] == 0
 
 
-def test_audit_log_refuses_unknown_type_and_status(store):
+def test_audit_log_refuses_unknown_type_and_status(store: HubStore) -> None:
     with pytest.raises(ValidationError, match="type must be one of"):
         store.audit_log("shout", "a", "b", "t")
     with pytest.raises(ValidationError, match="status must be one of"):
         store.audit_log("event", "a", "b", "t", status="lost")
 
 
-def test_response_by_correlation_is_the_newest_response(store):
+def test_response_by_correlation_is_the_newest_response(store: HubStore) -> None:
     MessageFactory.create(type="response", correlation_id="c", created_at_ms=1, payload={"n": 1})
     MessageFactory.create(type="response", correlation_id="c", created_at_ms=3, payload={"n": 3})
     MessageFactory.create(type="request", correlation_id="c", created_at_ms=9, payload={"n": 9})
-    assert store.get_response_by_correlation("c").payload == {"n": 3}
+    response = store.get_response_by_correlation("c")
+    assert response is not None and response.payload == {"n": 3}
     assert store.get_response_by_correlation("none") is None
 
 
-def test_messages_by_trace_oldest_first(store):
+def test_messages_by_trace_oldest_first(store: HubStore) -> None:
     ids = [MessageFactory.create(trace_id="tr", created_at_ms=t).id for t in (5, 1, 3)]
     MessageFactory.create(trace_id="other")
     assert [m.id for m in store.get_messages_by_trace("tr")] == [ids[1], ids[2], ids[0]]
 
 
-def test_update_message_status(store):
+def test_update_message_status(store: HubStore) -> None:
     msg = MessageFactory.create()
     assert store.update_message_status(msg.id, "acked") is True
-    assert store.get_message(msg.id).status == "acked"
+    assert stored_message(store, msg.id).status == "acked"
     assert store.update_message_status("missing", "acked") is False
 
 
-def _reference_poll(messages: list[Message], agent: str, topics: list[str], limit: int):
+def _reference_poll(messages: list[Message], agent: str, topics: list[str],
+                    limit: int) -> list[str]:
     """The reference's query, in Python: to the agent, or to a followed topic."""
     hits = [m for m in messages
             if m.to_agent == agent or (m.to_agent.startswith("topic:") and m.topic in topics)]
@@ -72,9 +82,9 @@ def _reference_poll(messages: list[Message], agent: str, topics: list[str], limi
     return [m.id for m in hits[:limit]]
 
 
-def test_poll_returns_direct_and_topic_messages_newest_first(store):
+def test_poll_returns_direct_and_topic_messages_newest_first(store: HubStore) -> None:
     AgentFactory.create(agent_id="me", topics=["t.a", "t.b"])
-    rows = []
+    rows: list[Message] = []
     for i in range(60):
         kind = i % 5
         to_agent, topic = [("me", "direct"), ("topic:t.a", "t.a"), ("topic:t.c", "t.c"),
@@ -89,7 +99,7 @@ def test_poll_returns_direct_and_topic_messages_newest_first(store):
     assert [m.id for m in store.get_audit_messages_for_agent("me", 7)] == got[:7]
 
 
-def test_poll_without_topics_is_direct_only(store):
+def test_poll_without_topics_is_direct_only(store: HubStore) -> None:
     direct = MessageFactory.create(to_agent="lonely")
     MessageFactory.create(to_agent="topic:t.a", topic="t.a")
     assert [m.id for m in store.poll_for_agent("lonely")] == [direct.id]
@@ -100,18 +110,19 @@ def test_poll_without_topics_is_direct_only(store):
     (None, 20), ("many", 20), (float("nan"), 20), (0, 1), (-5, 1), (1000, 100), (3.9, 3),
     ("7", 7),
 ])
-def test_poll_clamps_the_limit(store, given, expected):
+def test_poll_clamps_the_limit(store: HubStore, given: object, expected: int) -> None:
     for i in range(120):
         MessageFactory.create(to_agent="me", created_at_ms=i)
     assert len(store.poll_for_agent("me", max_messages=given)) == expected
 
 
-def test_poll_counts_a_message_once_even_if_the_agent_is_named_like_a_topic(store):
+def test_poll_counts_a_message_once_even_if_the_agent_is_named_like_a_topic(
+        store: HubStore) -> None:
     msg = MessageFactory.create(to_agent="topic:t.a", topic="t.a")
     assert [m.id for m in store.poll_for_agent("topic:t.a", include_topics=["t.a"])] == [msg.id]
 
 
-def test_deliver_and_ack_compatibility(store):
+def test_deliver_and_ack_compatibility(store: HubStore) -> None:
     msg = MessageFactory.create()
     assert store.deliver_to_agent(msg.id, "b") is True
     assert store.deliver_to_agent(msg.id, "") is False

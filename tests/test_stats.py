@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from sqlalchemy import text
 
+from hubstore import HubStore
 from hubstore.services.stats import counts, plain_counts
 from tests.factories import AgentFactory, AssignJobFactory, DeadLetterFactory, MessageFactory
 
 
-def test_hub_and_audit_stats(store):
+def test_hub_and_audit_stats(store: HubStore) -> None:
     AgentFactory.create(status="online")
     AgentFactory.create(status="stale")
     for priority, status in ((7, "queued"), (9, "queued"), (6, "queued"), (8, "acked")):
@@ -27,7 +29,7 @@ def test_hub_and_audit_stats(store):
                                        "assign_failed": 1, "assign_timed_out": 1}
 
 
-def test_delivery_stats_count_recent_acked_messages(store):
+def test_delivery_stats_count_recent_acked_messages(store: HubStore) -> None:
     now = 10 ** 12
     MessageFactory.create(status="acked", created_at_ms=now - 1000)
     MessageFactory.create(status="acked", created_at_ms=now - 300_000)
@@ -35,10 +37,11 @@ def test_delivery_stats_count_recent_acked_messages(store):
     assert store.get_delivery_stats(now_ms=now) == {"total_deliveries": 1, "avg_delivery_ms": 0}
 
 
-def test_counters_equal_plain_counts_after_random_writes(store):
+def test_counters_equal_plain_counts_after_random_writes(store: HubStore) -> None:
     """The fast path (SQLite trigger counters) returns exactly what counting returns."""
     rng = random.Random(7)
-    messages, jobs = [], []
+    messages: list[str] = []
+    jobs: list[str] = []
     for step in range(300):
         op = rng.randrange(8)
         if op == 0 or not messages:
@@ -55,6 +58,7 @@ def test_counters_equal_plain_counts_after_random_writes(store):
                 ["queued", "running", "failed"])).job_id)
         elif op == 4 and jobs:
             job = store.get_assign(rng.choice(jobs))
+            assert job is not None
             if job.status in ("queued", "running"):
                 store.update_assign_status(job.job_id, rng.choice(["running", "succeeded",
                                                                    "timed_out"]))
@@ -74,7 +78,7 @@ def test_counters_equal_plain_counts_after_random_writes(store):
     _assert_counters_match(store)
 
 
-def test_counters_survive_the_references_insert_or_replace(store, backend):
+def test_counters_survive_the_references_insert_or_replace(store: HubStore, backend: str) -> None:
     if backend != "sqlite":
         return
     with store.unit_of_work() as uow:
@@ -86,12 +90,13 @@ def test_counters_survive_the_references_insert_or_replace(store, backend):
     _assert_counters_match(store)
 
 
-def _assert_counters_match(store):
+def _assert_counters_match(store: HubStore) -> None:
     with store.unit_of_work(write=False) as uow:
         assert counts(uow) | {"online_agents": 0} == plain_counts(uow) | {"online_agents": 0}
 
 
-def test_postgresql_deltas_fold_into_the_counters(store, backend, monkeypatch):
+def test_postgresql_deltas_fold_into_the_counters(store: HubStore, backend: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     if backend != "postgresql":
         assert not store.features.counter_deltas  # SQLite's row triggers need no fold
         return
@@ -113,7 +118,8 @@ def test_postgresql_deltas_fold_into_the_counters(store, backend, monkeypatch):
     _assert_counters_match(store)
 
 
-def test_postgresql_fold_vacuums_the_rows_it_deleted(store, backend, monkeypatch):
+def test_postgresql_fold_vacuums_the_rows_it_deleted(store: HubStore, backend: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """After a fold, the deltas table keeps no dead rows for later reads to scan."""
     if backend != "postgresql":
         assert not store.features.counter_deltas

@@ -2,24 +2,30 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from sqlalchemy.orm import Session
 
-from hubstore import UnitOfWork, ValidationError
+from hubstore import HubStore, UnitOfWork, ValidationError
 
 
-def test_one_transaction_commits_on_a_clean_exit(store):
+def test_one_transaction_commits_on_a_clean_exit(store: HubStore) -> None:
     with store.unit_of_work() as uow:
         assert isinstance(uow, UnitOfWork) and isinstance(uow.session, Session)
         job = uow.create_assign(supervisor_agent="lead", worker_agent="w1", task="t")
         uow.audit_log(type="event", from_agent="lead", to_agent="w1", topic="x")
-        assert uow.get_assign(job.job_id).task == "t"  # visible inside
-    assert store.get_assign(job.job_id).task == "t"
+        inside = uow.get_assign(job.job_id)
+        assert inside is not None
+        assert inside.task == "t"  # visible inside
+    stored = store.get_assign(job.job_id)
+    assert stored is not None
+    assert stored.task == "t"
     assert job.task == "t"  # usable after the unit of work ended
     assert store.get_hub_stats()["total_messages"] == 1
 
 
-def test_an_exception_rolls_everything_back_and_propagates(store):
+def test_an_exception_rolls_everything_back_and_propagates(store: HubStore) -> None:
     with pytest.raises(KeyError), store.unit_of_work() as uow:
         job = uow.create_assign("lead", "w1")
         uow.register_agent("a", "codex")
@@ -28,16 +34,18 @@ def test_an_exception_rolls_everything_back_and_propagates(store):
     assert store.get_agent("a") is None
 
 
-def test_a_failed_operation_inside_leaves_the_database_as_it_was(store):
+def test_a_failed_operation_inside_leaves_the_database_as_it_was(store: HubStore) -> None:
     store.register_agent("a", "codex")
     with pytest.raises(ValidationError), store.unit_of_work() as uow:
         uow.update_agent_status("a", "offline")
         uow.audit_log("event", "a", "b", "t", priority=99)
-    assert store.get_agent("a").status == "online"
+    agent = store.get_agent("a")
+    assert agent is not None
+    assert agent.status == "online"
 
 
-def test_listeners_hear_only_committed_changes(store):
-    heard = []
+def test_listeners_hear_only_committed_changes(store: HubStore) -> None:
+    heard: list[tuple[str, str, str]] = []
     unsubscribe = store.on_assign_status_change(lambda event, job: heard.append(
         (event["job_id"], event["status"], job.status)))
     with pytest.raises(RuntimeError), store.unit_of_work() as uow:
@@ -54,8 +62,8 @@ def test_listeners_hear_only_committed_changes(store):
     assert len(heard) == 2
 
 
-def test_event_shape(store):
-    events = []
+def test_event_shape(store: HubStore) -> None:
+    events: list[dict[str, Any]] = []
     store.on_assign_status_change(lambda event, job: events.append(event))
     job = store.create_assign("lead", "w")
     store.update_assign_status(job.job_id, "failed", error={"message": "x"})
@@ -63,12 +71,12 @@ def test_event_shape(store):
     assert events[-1]["timestamp"].endswith("Z") and events[-1]["timestamp"][10] == "T"
 
 
-def test_store_methods_join_the_unit_of_work(store):
+def test_store_methods_join_the_unit_of_work(store: HubStore) -> None:
     with store.unit_of_work() as uow, uow.unit_of_work() as inner:
         assert inner is uow
 
 
-def test_a_unit_of_work_cannot_be_entered_twice(store):
+def test_a_unit_of_work_cannot_be_entered_twice(store: HubStore) -> None:
     uow = store.unit_of_work()
     with uow:
         pass
@@ -76,7 +84,7 @@ def test_a_unit_of_work_cannot_be_entered_twice(store):
         pass
 
 
-def test_threads_share_a_store_safely(store):
+def test_threads_share_a_store_safely(store: HubStore) -> None:
     import threading
 
     errors: list[BaseException] = []
@@ -100,7 +108,7 @@ def test_threads_share_a_store_safely(store):
     assert len(store.list_all_agents()) == 200
 
 
-def test_a_failed_statement_leaves_the_connection_usable(store):
+def test_a_failed_statement_leaves_the_connection_usable(store: HubStore) -> None:
     from sqlalchemy import text
     from sqlalchemy.exc import IntegrityError
 
@@ -112,13 +120,14 @@ def test_a_failed_statement_leaves_the_connection_usable(store):
     assert [a.agent_id for a in store.list_all_agents()] == ["y"]
 
 
-def test_a_failed_commit_leaves_the_connection_clean(store, monkeypatch):
+def test_a_failed_commit_leaves_the_connection_clean(store: HubStore,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     from hubstore.uow import UnitOfWork
 
     real_end = UnitOfWork._end
     calls = {"n": 0}
 
-    def failing_commit(self, how):
+    def failing_commit(self: UnitOfWork, how: str) -> None:
         if how == "COMMIT" and calls["n"] == 0:
             calls["n"] += 1
             raise RuntimeError("disk full")
@@ -131,19 +140,20 @@ def test_a_failed_commit_leaves_the_connection_clean(store, monkeypatch):
     assert [a.agent_id for a in store.list_all_agents()] == ["kept"]
 
 
-def test_after_commit_actions_run_once_committed_and_never_after_a_rollback(store, caplog):
-    ran = []
+def test_after_commit_actions_run_once_committed_and_never_after_a_rollback(
+        store: HubStore, caplog: pytest.LogCaptureFixture) -> None:
+    ran: list[object] = []
     with pytest.raises(RuntimeError), store.unit_of_work() as uow:
         uow.register_agent("lost", "codex")
         uow.after_commit(lambda: ran.append("rolled back"))
         raise RuntimeError
     assert ran == []
 
-    def sees_the_commit():
+    def sees_the_commit() -> None:
         # Runs after the connection went back: a fresh unit of work sees the row.
         ran.append([a.agent_id for a in store.list_all_agents()])
 
-    def fails():
+    def fails() -> None:
         raise OSError("maintenance failed")
 
     with store.unit_of_work() as uow:
