@@ -245,7 +245,7 @@ def legacy_rows(version: int) -> dict[str, list[dict[str, Any]]]:
             ("human_request", "agent-ü", "hitl", ODD_JSON[4], "dead_letter"),
         ])
     ]
-    reflexion = [
+    reflexion: list[dict[str, Any]] = [
         {"id": "01a227cf-5c97-7000-b26f-73538ab3473a",
          "error_pattern": 'typeerror: cannot read property "foo" of undefined',
          "error_message": 'TypeError: Cannot read property "foo" of undefined',

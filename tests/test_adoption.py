@@ -15,7 +15,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import Engine, UniqueConstraint, create_engine, text
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL, Dialect, make_url
 from sqlalchemy.orm import Session
 
 from hubstore import HubStore, migrations
@@ -32,11 +32,13 @@ from hubstore.models import (
     ReflexionEntry,
     metadata,
 )
+from tests.conftest import PostgresDatabases
 from tests.reference_ddl import (
     HUB_TABLES,
     JSON_COLUMNS,
     PRIMARY_KEYS,
     V4_ONLY,
+    Rows,
     add_other_application,
     affinity,
     build_legacy,
@@ -140,7 +142,7 @@ def test_no_hub_tables_migrates_from_scratch_beside_other_tables(
 
 
 #: Layouts hubstore must refuse: (version built, options of build_legacy).
-UNKNOWN_LAYOUTS = {
+UNKNOWN_LAYOUTS: dict[str, tuple[int, dict[str, Any]]] = {
     "some_hub_tables_missing": (3, {"skip": ("pipeline_state", "reflexion_entries")}),
     "only_meta": (3, {"skip": HUB_TABLES}),
     "no_meta_table": (3, {"skip": ("_meta",)}),
@@ -151,7 +153,11 @@ UNKNOWN_LAYOUTS = {
 }
 
 
-def _state(url: URL, engine: Engine) -> Any:
+#: What could change: a SQLite file's bytes and neighbours, or a PostgreSQL schema and rows.
+State = tuple[bytes, list[str]] | tuple[list[tuple[Any, ...]], Rows]
+
+
+def _state(url: URL, engine: Engine) -> State:
     if url.get_backend_name() == "sqlite":
         assert url.database
         return file_state(Path(url.database))
@@ -182,7 +188,7 @@ def test_unknown_layouts_are_refused_and_left_byte_for_byte(
     assert _state(empty_url, engine) == before
 
 
-def test_postgresql_json_columns_kept_as_text_are_refused(postgres: Any) -> None:
+def test_postgresql_json_columns_kept_as_text_are_refused(postgres: PostgresDatabases) -> None:
     """hubstore reads and writes JSONB there: TEXT would come back as unparsed strings."""
     url = postgres.create()
     engine = create_engine(url)
@@ -220,7 +226,7 @@ def test_adoption_runs_the_missing_revisions_only(empty_url: URL, engine: Engine
         assert set(column_names(conn, ["reflexion_entries"])["reflexion_entries"]) >= V4_ONLY
 
 
-def _material(diffs: list[Any], dialect: Any) -> list[Any]:
+def _material(diffs: list[Any], dialect: Dialect) -> list[Any]:
     """What still differs from the models after adoption, less the reference's own
     spelling of the same layout: SQLite type names of the same affinity (INTEGER for
     BIGINT, REAL for FLOAT), its nullable non-INTEGER primary keys, and the name of

@@ -10,6 +10,7 @@ import json
 import shutil
 import sqlite3
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ def _dicts(rows: list[Any], key: str) -> dict[str, dict[str, Any]]:
     return {row[key]: row for row in rows}
 
 
-def _to_dicts(objects: list[Base], key: str) -> dict[str, dict[str, Any]]:
+def _to_dicts(objects: Sequence[Base], key: str) -> dict[str, dict[str, Any]]:
     return _dicts([o.to_dict() for o in objects], key)
 
 
@@ -57,20 +58,30 @@ def test_reference_database_reads_back_after_adoption(
     with store:
         assert migrations.current(url) == migrations.head()
         for agent in expected["agents"]:
-            assert store.get_agent(agent["agent_id"]).to_dict() == agent
+            got_agent = store.get_agent(agent["agent_id"])
+            assert got_agent is not None
+            assert got_agent.to_dict() == agent
         assert _to_dicts(store.list_all_agents(), "agent_id") == _dicts(
             expected["agents"], "agent_id")
         for message in expected["messages"]:
-            assert store.get_message(message["id"]).to_dict() == message
+            got_message = store.get_message(message["id"])
+            assert got_message is not None
+            assert got_message.to_dict() == message
         for request in expected["human_requests"]:
-            assert store.get_human_request(request["request_id"]).to_dict() == request
+            got_request = store.get_human_request(request["request_id"])
+            assert got_request is not None
+            assert got_request.to_dict() == request
         assert _to_dicts(store.get_dead_letters(limit=1000), "message_id") == _dicts(
             expected["dead_letters"], "message_id")
         for job in expected["assigns"]:
-            assert store.get_assign(job["job_id"]).to_dict() == job
+            got_job = store.get_assign(job["job_id"])
+            assert got_job is not None
+            assert got_job.to_dict() == job
         for entry in expected["reflexion"]:
             # a version-3 file has no type/adaptive_state: they read as the defaults
-            assert store.get_reflexion(entry["id"]).to_dict() == {
+            got_entry = store.get_reflexion(entry["id"])
+            assert got_entry is not None
+            assert got_entry.to_dict() == {
                 "type": "reflexion", "adaptive_state": {}} | entry
         with store.engine.connect() as conn:
             counts = {table: conn.execute(text(f"SELECT count(*) FROM {table}")).scalar()

@@ -44,7 +44,7 @@ TIMED_OUT_ERROR = {"message": "assign job timed out"}
 class ChildReport:
     """What one child did: its own records, and every unexpected exception."""
 
-    records: list[Any] = field(default_factory=list)
+    records: list[tuple[Any, ...]] = field(default_factory=list)
     refusals: Counter[str] = field(default_factory=Counter)
     errors: list[str] = field(default_factory=list)
     started: float = 0.0
@@ -56,7 +56,7 @@ Work = Callable[[HubStore, int, Barrier, ChildReport], None]
 
 
 def _child(work_name: str, url: str, index: int, start: Barrier, sync: Barrier,
-           results: Any) -> None:
+           results: multiprocessing.Queue[tuple[int, ChildReport]]) -> None:
     """Entry point of a child process: open a store, wait for the others, work.
 
     ``start`` is passed twice by every child and by the parent: once when all are
@@ -82,7 +82,7 @@ def run_children(url: URL, work: Work, count: int,
     """Run ``work`` in ``count`` spawned processes, all released at once after
     ``before_start`` ran in the parent; fail on any error they report."""
     start, sync = SPAWN.Barrier(count + 1), SPAWN.Barrier(count)
-    results = SPAWN.Queue()
+    results: multiprocessing.Queue[tuple[int, ChildReport]] = SPAWN.Queue()
     text_url = url.render_as_string(hide_password=False)
     processes = [SPAWN.Process(target=_child, args=(work.__name__, text_url, i, start, sync,
                                                     results), daemon=True)

@@ -12,6 +12,7 @@ Each backend runs the sequences inside one store, emptied between examples.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,7 +30,7 @@ from hubstore.errors import (
     StaleAttempt,
     WorkerMismatch,
 )
-from hubstore.models import AssignJob, Message
+from hubstore.models import AssignJob, Message, table_of
 
 WORKERS = ("w1", "w2")
 STATES = ("queued", "running", "succeeded", "failed", "timed_out")
@@ -184,7 +185,7 @@ def worker_for(job: ModelJob | None, mode: str) -> str | None:
     return own if mode == "own" else next(w for w in WORKERS if w != own)
 
 
-def call(fn: Any, *args: Any, **kwargs: Any) -> tuple[type[HubStoreError] | None, Any]:
+def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Result:
     try:
         return None, fn(*args, **kwargs)
     except HubStoreError as error:
@@ -215,8 +216,8 @@ def step(store: HubStore, model: Model, op: tuple[Any, ...]) -> None:
         attempt, worker = attempt_for(target, attempt_mode), worker_for(target, worker_mode)
         error, outcome = call(store.report_assign_result, job_id, status,
                               worker_agent=worker, attempt=attempt)
-        got = None if outcome is None else (outcome.event, outcome.job.status,
-                                            outcome.job.attempt)
+        got: tuple[Any, ...] | None = None if outcome is None else (
+            outcome.event, outcome.job.status, outcome.job.attempt)
         assert (error, got) == model.report(target, status, worker, attempt), op
     elif kind == "retry":
         error, job = call(store.schedule_assign_retry, job_id)
@@ -309,8 +310,8 @@ def test_random_operations_match_the_model(store: HubStore, backend: str) -> Non
     @given(operations=SEQUENCES)
     def run(operations: list[tuple[Any, ...]]) -> None:
         with store.unit_of_work() as uow:
-            uow.connection.execute(delete(Message.__table__))
-            uow.connection.execute(delete(AssignJob.__table__))
+            uow.connection.execute(delete(table_of(Message)))
+            uow.connection.execute(delete(table_of(AssignJob)))
         heard.clear()
         model = Model()
         for op in operations:

@@ -6,6 +6,7 @@ REFERENCE.md section 3, not derived from ``hubstore.assign_rules``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import pytest
@@ -35,13 +36,13 @@ RETRY_TABLE = {
 }
 
 
-def _cases(table: dict[str, tuple[str, ...]]) -> list[tuple[str, str, str]]:
+def _cases(table: Mapping[str, tuple[str, ...]]) -> list[tuple[str, str, str]]:
     return [(src, dst, table[src][i]) for src in STATES for i, dst in enumerate(STATES)]
 
 
 @pytest.mark.parametrize(("via_retry", "table"), [(False, PLAIN_TABLE), (True, RETRY_TABLE)],
                          ids=["plain", "via_retry"])
-def test_every_pair_of_states(via_retry: bool, table: dict[str, tuple[str, ...]]) -> None:
+def test_every_pair_of_states(via_retry: bool, table: Mapping[str, tuple[str, ...]]) -> None:
     for src, dst, expected in _cases(table):
         label = f"{src} -> {dst} (via_retry={via_retry})"
         if expected == "-":
@@ -114,7 +115,7 @@ def test_status_aliases(reported: str, expected: str) -> None:
     ({"result": ["failed"]}, "succeeded"),
     (["failed"], "succeeded"),
 ])
-def test_completed_reads_the_metadata_tag(metadata: Any, expected: str) -> None:
+def test_completed_reads_the_metadata_tag(metadata: object, expected: str) -> None:
     assert normalize_status("completed", metadata) == expected
 
 

@@ -116,7 +116,9 @@ def test_autogenerate_would_write_an_empty_revision(engine: Engine) -> None:
     with engine.connect() as conn:
         context = MigrationContext.configure(conn, opts={
             "include_object": migrations.include_object, "compare_type": True})
-        assert produce_migrations(context, metadata).upgrade_ops.is_empty()
+        upgrade_ops = produce_migrations(context, metadata).upgrade_ops
+        assert upgrade_ops is not None
+        assert upgrade_ops.is_empty()
 
 
 def test_upgrading_at_head_changes_nothing(db_url: URL, engine: Engine) -> None:
@@ -353,11 +355,17 @@ def test_reference_store_keeps_working_on_a_hubstore_database(tmp_path: Path) ->
     conn.close()
 
     with HubStore.open(url) as store:
-        assert store.get_message("m1").payload == 123
+        message = store.get_message("m1")
+        assert message is not None
+        assert message.payload == 123
         assert store.get_hub_stats() | store.get_audit_stats() == {
             "online_agents": 1, "total_messages": 2, "active_assign_jobs": 1,
             "urgent": 1, "normal": 0, "dlq": 1, "assign_queued": 0, "assign_running": 1,
             "assign_failed": 0, "assign_timed_out": 0}
         assert [e.id for e in store.find_reflexion("noent <fi")] == ["r1"]
-        assert store.get_reflexion("r1").type == "reflexion"
-        assert store.get_pipeline_state("team").phase == "plan"
+        entry = store.get_reflexion("r1")
+        assert entry is not None
+        assert entry.type == "reflexion"
+        state = store.get_pipeline_state("team")
+        assert state is not None
+        assert state.phase == "plan"

@@ -12,10 +12,10 @@ from sqlalchemy.engine import URL, make_url
 
 from hubstore import HubStore, migrations
 from hubstore.errors import SchemaNotCurrent
-from tests.reference_ddl import build_legacy, file_state, schema_objects, snapshot
+from tests.reference_ddl import Rows, build_legacy, file_state, schema_objects, snapshot
 
 
-def _state(url: URL) -> Any:
+def _state(url: URL) -> tuple[bytes, list[str]] | tuple[list[tuple[Any, ...]], Rows | None] | None:
     """Everything that could change: the SQLite file and its neighbours, or the schema
     and rows of a PostgreSQL database."""
     if url.get_backend_name() == "sqlite":

@@ -17,7 +17,7 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
-def json_text() -> sa.types.TypeEngine[object]:
+def json_text() -> sa.Text:
     """JSON text: TEXT on SQLite (keeps every value's form), JSONB on PostgreSQL."""
     return sa.Text().with_variant(postgresql.JSONB(), "postgresql")
 
