@@ -20,6 +20,7 @@ from sqlalchemy import create_engine, text
 from hubstore import HubStore, migrations
 from hubstore.models import Base
 from tests.conftest import FIXTURES, fixture_pairs
+from tests.helpers import present
 from tests.reference_ddl import REFERENCE_DDL, column_names, snapshot
 
 PAIRS = fixture_pairs()
@@ -58,30 +59,20 @@ def test_reference_database_reads_back_after_adoption(
     with store:
         assert migrations.current(url) == migrations.head()
         for agent in expected["agents"]:
-            got_agent = store.get_agent(agent["agent_id"])
-            assert got_agent is not None
-            assert got_agent.to_dict() == agent
+            assert present(store.get_agent(agent["agent_id"])).to_dict() == agent
         assert _to_dicts(store.list_all_agents(), "agent_id") == _dicts(
             expected["agents"], "agent_id")
         for message in expected["messages"]:
-            got_message = store.get_message(message["id"])
-            assert got_message is not None
-            assert got_message.to_dict() == message
+            assert present(store.get_message(message["id"])).to_dict() == message
         for request in expected["human_requests"]:
-            got_request = store.get_human_request(request["request_id"])
-            assert got_request is not None
-            assert got_request.to_dict() == request
+            assert present(store.get_human_request(request["request_id"])).to_dict() == request
         assert _to_dicts(store.get_dead_letters(limit=1000), "message_id") == _dicts(
             expected["dead_letters"], "message_id")
         for job in expected["assigns"]:
-            got_job = store.get_assign(job["job_id"])
-            assert got_job is not None
-            assert got_job.to_dict() == job
+            assert present(store.get_assign(job["job_id"])).to_dict() == job
         for entry in expected["reflexion"]:
             # a version-3 file has no type/adaptive_state: they read as the defaults
-            got_entry = store.get_reflexion(entry["id"])
-            assert got_entry is not None
-            assert got_entry.to_dict() == {
+            assert present(store.get_reflexion(entry["id"])).to_dict() == {
                 "type": "reflexion", "adaptive_state": {}} | entry
         with store.engine.connect() as conn:
             counts = {table: conn.execute(text(f"SELECT count(*) FROM {table}")).scalar()

@@ -8,14 +8,8 @@ import pytest
 
 from hubstore import HubStore, Lease, ValidationError
 from hubstore.ids import now_ms
-from hubstore.models import Agent
 from tests.factories import AgentFactory
-
-
-def stored_agent(store: HubStore, agent_id: str) -> Agent:
-    agent = store.get_agent(agent_id)
-    assert agent is not None
-    return agent
+from tests.helpers import present
 
 
 def test_register_creates_an_online_agent_with_a_lease(store: HubStore) -> None:
@@ -28,7 +22,7 @@ def test_register_creates_an_online_agent_with_a_lease(store: HubStore) -> None:
     assert lease.agent_id == "codex-1" and len(lease.lease_id) == 36
     assert lease.lease_expires_ms == lease.server_time_ms + 10_000
     assert lease.server_time_ms >= before
-    agent = stored_agent(store, "codex-1")
+    agent = present(store.get_agent("codex-1"))
     assert agent.to_dict() == {
         "agent_id": "codex-1", "cli": "codex", "pid": 42, "capabilities": ["code"],
         "topics": ["t.a"], "last_seen_ms": lease.server_time_ms,
@@ -41,7 +35,7 @@ def test_register_again_replaces_the_row(store: HubStore) -> None:
     store.register_agent("a", "codex", topics=["x"], metadata={"v": 1})
     store.update_agent_status("a", "offline")
     store.register_agent("a", "gemini")
-    agent = stored_agent(store, "a")
+    agent = present(store.get_agent("a"))
     assert (agent.cli, agent.status, agent.topics, agent.meta) == ("gemini", "online", [], {})
     assert len(store.list_all_agents()) == 1
 
@@ -50,7 +44,7 @@ def test_refresh_lease_moves_the_lease_and_revives(store: HubStore) -> None:
     AgentFactory.create(agent_id="a", status="stale", lease_expires_ms=1, last_seen_ms=1)
     lease = store.refresh_lease("a", ttl_ms=5_000)
     assert lease.lease_id is None
-    agent = stored_agent(store, "a")
+    agent = present(store.get_agent("a"))
     assert agent.status == "online"
     assert agent.lease_expires_ms == lease.lease_expires_ms == lease.server_time_ms + 5_000
 
@@ -58,10 +52,10 @@ def test_refresh_lease_moves_the_lease_and_revives(store: HubStore) -> None:
 def test_update_topics_and_status_report_whether_a_row_changed(store: HubStore) -> None:
     AgentFactory.create(agent_id="a", topics=["old"])
     assert store.update_agent_topics("a", ["t.1", "t.2"]) is True
-    assert stored_agent(store, "a").topics == ["t.1", "t.2"]
+    assert present(store.get_agent("a")).topics == ["t.1", "t.2"]
     assert store.update_agent_topics("missing", ["t"]) is False
     assert store.update_agent_status("a", "stale") is True
-    assert stored_agent(store, "a").status == "stale"
+    assert present(store.get_agent("a")).status == "stale"
     assert store.update_agent_status("missing", "stale") is False
 
 
@@ -113,4 +107,4 @@ def test_update_status_refuses_unknown_status(store: HubStore) -> None:
     with pytest.raises(ValidationError) as info:
         store.update_agent_status("a", "asleep")
     assert info.value.code == "VALIDATION"
-    assert stored_agent(store, "a").status == "online"
+    assert present(store.get_agent("a")).status == "online"

@@ -6,20 +6,8 @@ import pytest
 
 from hubstore import HubStore, ValidationError
 from hubstore.ids import now_ms
-from hubstore.models import HumanRequest, Message
 from tests.factories import DeadLetterFactory, HumanRequestFactory, MessageFactory
-
-
-def stored_request(store: HubStore, request_id: str) -> HumanRequest:
-    req = store.get_human_request(request_id)
-    assert req is not None
-    return req
-
-
-def stored_message(store: HubStore, message_id: str) -> Message:
-    msg = store.get_message(message_id)
-    assert msg is not None
-    return msg
+from tests.helpers import present
 
 
 def test_insert_human_request_stores_an_absolute_deadline(store: HubStore) -> None:
@@ -29,7 +17,7 @@ def test_insert_human_request_stores_an_absolute_deadline(store: HubStore) -> No
                                      default_action="timeout_continue", trace_id="tr")
     after = now_ms()
     assert before + 60_000 <= req.deadline_ms <= after + 60_000
-    stored = stored_request(store, req.request_id)
+    stored = present(store.get_human_request(req.request_id))
     assert stored.to_dict() == {
         "request_id": req.request_id, "requester_agent": "codex-1", "kind": "choice",
         "prompt": "A or B?", "schema": {"enum": ["A", "B"]}, "state": "pending",
@@ -43,7 +31,7 @@ def test_update_human_request_keeps_the_response_as_given(store: HubStore,
                                                           response: object) -> None:
     req = HumanRequestFactory.create()
     assert store.update_human_request(req.request_id, "accepted", response) is True
-    stored = stored_request(store, req.request_id)
+    stored = present(store.get_human_request(req.request_id))
     assert stored.state == "accepted"
     assert stored.response == response and type(stored.response) is type(response)
 
@@ -53,7 +41,7 @@ def test_update_missing_request_and_bad_state(store: HubStore) -> None:
     req = HumanRequestFactory.create()
     with pytest.raises(ValidationError, match="state"):
         store.update_human_request(req.request_id, "maybe")
-    assert stored_request(store, req.request_id).state == "pending"
+    assert present(store.get_human_request(req.request_id)).state == "pending"
 
 
 def test_pending_and_expiry(store: HubStore) -> None:
@@ -64,7 +52,7 @@ def test_pending_and_expiry(store: HubStore) -> None:
     assert {r.request_id for r in store.get_pending_human_requests()} == {
         overdue.request_id, due_now.request_id}
     assert store.expire_human_requests(now_ms=now) == 1
-    assert stored_request(store, overdue.request_id).state == "timed_out"
+    assert present(store.get_human_request(overdue.request_id)).state == "timed_out"
     assert [r.request_id for r in store.get_pending_human_requests()] == [due_now.request_id]
 
 
@@ -77,7 +65,7 @@ def test_insert_refuses_bad_kind(store: HubStore) -> None:
 def test_move_to_dead_letter_marks_and_replaces(store: HubStore) -> None:
     msg = MessageFactory.create()
     assert store.move_to_dead_letter(msg.id, "boom", "trace") is True
-    assert stored_message(store, msg.id).status == "dead_letter"
+    assert present(store.get_message(msg.id)).status == "dead_letter"
     assert store.move_to_dead_letter(msg.id, "again") is True
     letters = store.get_dead_letters()
     assert [(d.message_id, d.reason, d.last_error) for d in letters] == [(msg.id, "again", None)]
@@ -98,8 +86,8 @@ def test_sweep_expired_dead_letters_queued_messages_and_times_out_requests(store
     fresh = MessageFactory.create(expires_at_ms=now + 1)
     HumanRequestFactory.create(deadline_ms=now - 5)
     assert store.sweep_expired(now_ms=now) == {"messages": 1, "human_requests": 1}
-    assert stored_message(store, expired.id).status == "dead_letter"
-    assert stored_message(store, fresh.id).status == "queued"
+    assert present(store.get_message(expired.id)).status == "dead_letter"
+    assert present(store.get_message(fresh.id)).status == "queued"
     [letter] = store.get_dead_letters()
     assert (letter.message_id, letter.reason, letter.failed_at_ms) == (expired.id, "ttl_expired",
                                                                       now)

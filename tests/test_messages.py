@@ -9,12 +9,7 @@ import pytest
 from hubstore import HubStore, ValidationError
 from hubstore.models import Message
 from tests.factories import AgentFactory, MessageFactory
-
-
-def stored_message(store: HubStore, message_id: str) -> Message:
-    msg = store.get_message(message_id)
-    assert msg is not None
-    return msg
+from tests.helpers import present
 
 
 def test_audit_log_defaults_and_returned_row(store: HubStore) -> None:
@@ -24,14 +19,14 @@ def test_audit_log_defaults_and_returned_row(store: HubStore) -> None:
     assert msg.payload == {}
     assert len(msg.correlation_id) == 36 and len(msg.trace_id) == 36
     assert msg.correlation_id != msg.trace_id
-    assert stored_message(store, msg.id).to_dict() == msg.to_dict()
+    assert present(store.get_message(msg.id)).to_dict() == msg.to_dict()
 
 
 def test_enqueue_is_audit_log(store: HubStore) -> None:
     msg = store.enqueue_message("request", "a", "b", "t", priority=9, ttl_ms=10,
                                 payload=[1], trace_id="tr", correlation_id="co",
                                 status="delivered")
-    stored = stored_message(store, msg.id)
+    stored = present(store.get_message(msg.id))
     assert (stored.type, stored.priority, stored.ttl_ms, stored.payload, stored.trace_id,
             stored.correlation_id, stored.status) == (
         "request", 9, 10, [1], "tr", "co", "delivered")
@@ -69,7 +64,7 @@ def test_messages_by_trace_oldest_first(store: HubStore) -> None:
 def test_update_message_status(store: HubStore) -> None:
     msg = MessageFactory.create()
     assert store.update_message_status(msg.id, "acked") is True
-    assert stored_message(store, msg.id).status == "acked"
+    assert present(store.get_message(msg.id)).status == "acked"
     assert store.update_message_status("missing", "acked") is False
 
 

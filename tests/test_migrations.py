@@ -19,6 +19,7 @@ from sqlalchemy.engine import URL, make_url
 from hubstore import HubStore, migrations
 from hubstore.models import metadata
 from tests import factories
+from tests.helpers import present
 from tests.reference_ddl import (
     HUB_TABLES,
     REFERENCE_DDL,
@@ -355,17 +356,11 @@ def test_reference_store_keeps_working_on_a_hubstore_database(tmp_path: Path) ->
     conn.close()
 
     with HubStore.open(url) as store:
-        message = store.get_message("m1")
-        assert message is not None
-        assert message.payload == 123
+        assert present(store.get_message("m1")).payload == 123
         assert store.get_hub_stats() | store.get_audit_stats() == {
             "online_agents": 1, "total_messages": 2, "active_assign_jobs": 1,
             "urgent": 1, "normal": 0, "dlq": 1, "assign_queued": 0, "assign_running": 1,
             "assign_failed": 0, "assign_timed_out": 0}
         assert [e.id for e in store.find_reflexion("noent <fi")] == ["r1"]
-        entry = store.get_reflexion("r1")
-        assert entry is not None
-        assert entry.type == "reflexion"
-        state = store.get_pipeline_state("team")
-        assert state is not None
-        assert state.phase == "plan"
+        assert present(store.get_reflexion("r1")).type == "reflexion"
+        assert present(store.get_pipeline_state("team")).phase == "plan"
