@@ -38,8 +38,8 @@ class UnitOfWork(
 
     Leaving the block normally commits; an exception rolls back and propagates. Assign
     status events collected during the work reach the store's listeners only after the
-    commit, followed by the actions queued with :meth:`after_commit`. ``write=True`` (the
-    default) starts SQLite transactions with BEGIN IMMEDIATE.
+    commit, in order with the other actions queued by :meth:`after_commit`. ``write=True``
+    (the default) starts SQLite transactions with BEGIN IMMEDIATE.
     """
 
     connection: Connection
@@ -48,7 +48,6 @@ class UnitOfWork(
         self.store = store
         self.dialect: str = store.engine.dialect.name
         self._write = write
-        self._events: list[tuple[dict[str, Any], AssignJob]] = []
         self._after_commit: list[Callable[[], None]] = []
         self._session: Session | None = None
         self._queue: WriterQueue | None = None
@@ -139,21 +138,21 @@ class UnitOfWork(
         yield self
 
     def emit_assign_event(self, event: dict[str, Any], job: AssignJob) -> None:
-        """Queue an assign status event for after the commit."""
-        self._events.append((event, job))
+        """Queue an assign status event for the store's listeners, after the commit."""
+        self.after_commit(lambda: self._announce(event, job))
 
     def after_commit(self, action: Callable[[], None]) -> None:
         """Run ``action`` once this unit of work has committed (never after a rollback)."""
         self._after_commit.append(action)
 
+    def _announce(self, event: dict[str, Any], job: AssignJob) -> None:
+        for listener in list(self.store.assign_listeners):
+            try:
+                listener(event, job)
+            except Exception:
+                log.exception("assign status listener %r failed", listener)
+
     def _publish(self) -> None:
-        events, self._events = self._events, []
-        for event, job in events:
-            for listener in list(self.store.assign_listeners):
-                try:
-                    listener(event, job)
-                except Exception:
-                    log.exception("assign status listener %r failed", listener)
         actions, self._after_commit = self._after_commit, []
         for action in actions:
             try:
