@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import bindparam, exists, func, select, type_coerce, update
 from sqlalchemy.dialects.postgresql import JSONB
@@ -30,9 +31,6 @@ from hubstore.validation import (
     string_list,
 )
 
-if TYPE_CHECKING:
-    from hubstore.uow import UnitOfWork
-
 #: A stale agent whose lease passed more than this long ago goes offline.
 OFFLINE_AFTER_MS = 300_000
 
@@ -44,19 +42,15 @@ _HEARTBEAT = Prepared(
             status="online"))
 _REGISTER_COLUMNS = ("cli", "pid", "capabilities_json", "topics_json", "last_seen_ms",
                      "lease_expires_ms", "status", "metadata_json")
-_register_statements: dict[str, Prepared] = {}
 
 
-def _register_statement(uow: UnitOfWork) -> Prepared:
+@functools.cache
+def _register_statement(dialect: str) -> Prepared:
     """INSERT ... ON CONFLICT (agent_id) DO UPDATE, built once per dialect."""
-    stmt = _register_statements.get(uow.dialect)
-    if stmt is None:
-        insert = upsert(uow, _agents)
-        stmt = Prepared(insert.on_conflict_do_update(
-            index_elements=[_agents.c.agent_id],
-            set_={name: insert.excluded[name] for name in _REGISTER_COLUMNS}))
-        _register_statements[uow.dialect] = stmt
-    return stmt
+    insert = upsert(dialect, _agents)
+    return Prepared(insert.on_conflict_do_update(
+        index_elements=[_agents.c.agent_id],
+        set_={name: insert.excluded[name] for name in _REGISTER_COLUMNS}))
 
 
 class AgentOps(Operations):
@@ -81,7 +75,7 @@ class AgentOps(Operations):
                 "topics_json": topic_list, "last_seen_ms": now, "lease_expires_ms": now + ttl,
                 "status": "online", "metadata_json": meta,
             }
-            _register_statement(uow).run(uow, values)
+            _register_statement(uow.dialect).run(uow, values)
         return Lease(agent_id, uuidv7(), now + ttl, now)
 
     def get_agent(self, agent_id: str) -> Agent | None:

@@ -12,6 +12,7 @@ write lock, so the time spent inside it is what limits many processes.
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -48,22 +49,19 @@ _LOCK = Prepared(_BY_ID.with_for_update(), _jobs)
 _INSERT = Prepared(insert(_jobs).values({c.name: bindparam(c.name) for c in _jobs.c})
                    .returning(*_jobs.c), _jobs)
 _GUARDS = frozenset({"p_job_id", "p_status", "p_attempt"})
-_cas_statements: dict[frozenset[str], Prepared] = {}
 
 
+@functools.cache
 def _cas(columns: frozenset[str]) -> Prepared:
     """The guarded compare-and-set that writes ``columns``, built once per column set
     (only the columns that change are written, so untouched indexes stay untouched)."""
-    prepared = _cas_statements.get(columns)
-    if prepared is None:
-        stmt = (update(_jobs)
-                .where(_jobs.c.job_id == bindparam("p_job_id"),
-                       _jobs.c.status == bindparam("p_status"),
-                       _jobs.c.attempt == bindparam("p_attempt"))
-                .values({name: bindparam(name) for name in sorted(columns)})
-                .returning(*_jobs.c))
-        prepared = _cas_statements[columns] = Prepared(stmt, _jobs)
-    return prepared
+    stmt = (update(_jobs)
+            .where(_jobs.c.job_id == bindparam("p_job_id"),
+                   _jobs.c.status == bindparam("p_status"),
+                   _jobs.c.attempt == bindparam("p_attempt"))
+            .values({name: bindparam(name) for name in sorted(columns)})
+            .returning(*_jobs.c))
+    return Prepared(stmt, _jobs)
 
 
 class ConcurrentUpdate(HubStoreError):

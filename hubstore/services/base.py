@@ -32,9 +32,9 @@ class Operations:
         raise NotImplementedError
 
 
-def upsert(uow: UnitOfWork, table: Table) -> Any:
+def upsert(dialect: str, table: Table) -> Any:
     """The dialect's INSERT, which offers ON CONFLICT."""
-    if uow.dialect == "postgresql":
+    if dialect == "postgresql":
         return postgresql.insert(table)
     return sqlite.insert(table)
 

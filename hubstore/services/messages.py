@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from typing import Any
 
@@ -42,15 +43,12 @@ _TO_A_TOPIC = text(TOPIC_FEED_WHERE)
 _AGENT_TOPICS = Prepared(
     select(table_of(Agent).c.topics_json).where(Agent.agent_id == bindparam("p_agent_id")),
     table_of(Agent))
-_poll_statements: dict[int, Prepared] = {}
 
 
+@functools.lru_cache(maxsize=64)
 def _poll_statement(topic_count: int) -> Prepared:
     """The poll query for that many topics, built once: one index range scan per branch
     (the agent, then each topic), each cut at the limit, merged newest first."""
-    prepared = _poll_statements.get(topic_count)
-    if prepared is not None:
-        return prepared
     limit: Any = bindparam("p_limit")
     direct = (select(_messages).where(_messages.c.to_agent == bindparam("p_agent_id"))
               .order_by(*_newest_first).limit(limit))
@@ -64,8 +62,7 @@ def _poll_statement(topic_count: int) -> Prepared:
         merged = union_all(*(b.subquery().select() for b in [direct, *feeds])).subquery()
         stmt = (select(merged).order_by(merged.c.created_at_ms.desc(), merged.c.id.desc())
                 .limit(limit))
-    prepared = _poll_statements[topic_count] = Prepared(stmt, _messages)
-    return prepared
+    return Prepared(stmt, _messages)
 
 
 def clamp_poll_limit(value: object) -> int:

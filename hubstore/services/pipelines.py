@@ -41,7 +41,7 @@ class PipelineOps(Operations):
         with self.unit_of_work() as uow:
             now = now_ms()
             values = {"team_name": team_name, "created_at": now, "updated_at": now, **fields}
-            stmt = upsert(uow, _pipelines).values(values)
+            stmt = upsert(uow.dialect, _pipelines).values(values)
             stmt = stmt.on_conflict_do_update(
                 index_elements=[_pipelines.c.team_name],
                 set_={k: stmt.excluded[k] for k in (*fields, "updated_at")})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -148,26 +149,18 @@ def _substring_match(dialect: str, trigram: bool) -> list[ColumnElement[bool] | 
 
 
 Signature = tuple[tuple[str, str], ...]
-_find_statements: dict[tuple[str, Signature, bool], tuple[Prepared, Prepared]] = {}
-_FIND_CACHE_SIZE = 256
 
 
+@functools.lru_cache(maxsize=256)
 def find_statements(dialect: str, signature: Signature,
                     trigram: bool) -> tuple[Prepared, Prepared]:
     """The exact and the substring query for these filter keys, built once."""
-    cache_key = (dialect, signature, trigram)
-    found = _find_statements.get(cache_key)
-    if found is None:
-        where = _context_filters(dialect, signature)
-        exact = (select(_entries).where(_entries.c.error_pattern == bindparam("p_pattern"),
-                                        *where).order_by(*_by_confidence))
-        substring = (select(_entries).where(*_substring_match(dialect, trigram), *where)
-                     .order_by(*_by_confidence).limit(SUBSTRING_LIMIT))
-        if len(_find_statements) >= _FIND_CACHE_SIZE:
-            _find_statements.clear()
-        found = _find_statements[cache_key] = (Prepared(exact, _entries),
-                                               Prepared(substring, _entries))
-    return found
+    where = _context_filters(dialect, signature)
+    exact = (select(_entries).where(_entries.c.error_pattern == bindparam("p_pattern"),
+                                    *where).order_by(*_by_confidence))
+    substring = (select(_entries).where(*_substring_match(dialect, trigram), *where)
+                 .order_by(*_by_confidence).limit(SUBSTRING_LIMIT))
+    return Prepared(exact, _entries), Prepared(substring, _entries)
 
 
 def recalc(hit_count: int, success_count: int) -> float:
