@@ -178,12 +178,12 @@ class AssignHubOps(Operations):
         json_value(metadata, "metadata")
         with self.unit_of_work() as uow:
             if target != "running":  # the one-statement path, when the report is routine
-                rows = _FINISH[target].rows(uow, {
+                row = _FINISH[target].first(uow, {
                     "p_job_id": job_id, "p_worker": worker_agent or None, "p_attempt": attempt,
                     "p_status": target, "p_result": result, "p_error": error,
                     "p_now": now_ms()})
-                if rows:
-                    done = AssignJob.from_row(rows[0])
+                if row is not None:
+                    done = AssignJob.from_row(row)
                     announce(uow, done)
                     return AssignOutcome(done, "completed",
                                          notify_supervisor(uow, done, "completed"))
@@ -254,9 +254,9 @@ class AssignHubOps(Operations):
         """
         require_id(worker_agent, "worker_agent")
         with self.unit_of_work() as uow:
-            rows = _CLAIM.rows(uow, {"p_worker": worker_agent, "p_now": now_ms()})
-            if not rows:
+            row = _CLAIM.first(uow, {"p_worker": worker_agent, "p_now": now_ms()})
+            if row is None:
                 return None
-            job = AssignJob.from_row(rows[0])
+            job = AssignJob.from_row(row)
             announce(uow, job)
             return job

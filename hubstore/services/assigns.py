@@ -98,8 +98,8 @@ def announce(uow: UnitOfWork, job: AssignJob) -> None:
 
 def lock_job(uow: UnitOfWork, job_id: str) -> AssignJob | None:
     """The job, freshly read and locked for this transaction."""
-    rows = _LOCK.rows(uow, {"p_job_id": job_id})
-    return AssignJob.from_row(rows[0]) if rows else None
+    row = _LOCK.first(uow, {"p_job_id": job_id})
+    return None if row is None else AssignJob.from_row(row)
 
 
 def write_guarded(uow: UnitOfWork, job: AssignJob, changes: dict[str, Any]) -> AssignJob:
@@ -107,8 +107,7 @@ def write_guarded(uow: UnitOfWork, job: AssignJob, changes: dict[str, Any]) -> A
     ``job``; ConcurrentUpdate when it does not (the row lock makes that a bug)."""
     params = by_column(changes)
     params.update(p_job_id=job.job_id, p_status=job.status, p_attempt=job.attempt)
-    rows = _cas(frozenset(params) - _GUARDS).rows(uow, params)
-    row = rows[0] if rows else None
+    row = _cas(frozenset(params) - _GUARDS).first(uow, params)
     if row is None:
         raise ConcurrentUpdate(f"assign job {job.job_id} changed while it was being moved")
     return AssignJob.from_row(row)
@@ -210,8 +209,7 @@ class AssignOps(Operations):
     def get_assign(self, job_id: str) -> AssignJob | None:
         """The job, or None."""
         with self.unit_of_work(write=False) as uow:
-            found = _SELECT.rows(uow, {"p_job_id": job_id})
-            row = found[0] if found else None
+            row = _SELECT.first(uow, {"p_job_id": job_id})
             return None if row is None else AssignJob.from_row(row)
 
     def update_assign_status(self, job_id: str, status: str, **patch: Any) -> AssignJob | None:

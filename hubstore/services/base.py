@@ -126,6 +126,11 @@ class Prepared:
                  for name, read, value in zip(names, readers, row, strict=True)}
                 for row in cursor.fetchall()]
 
+    def first(self, uow: UnitOfWork, values: dict[str, Any]) -> dict[str, Any] | None:
+        """Execute and return the first row (keyed by column name), or None."""
+        rows = self.rows(uow, values)
+        return rows[0] if rows else None
+
     def _reader(self, uow: UnitOfWork, name: str) -> Any:
         if self.table is None or name not in self.table.c:
             return None

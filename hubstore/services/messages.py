@@ -151,8 +151,8 @@ class MessageOps(Operations):
         wanted = string_list(include_topics, "include_topics") if include_topics else []
         with self.unit_of_work(write=False) as uow:
             if not wanted:
-                found = _AGENT_TOPICS.rows(uow, {"p_agent_id": agent_id})
-                agent_topics = found[0]["topics_json"] if found else []
+                found = _AGENT_TOPICS.first(uow, {"p_agent_id": agent_id})
+                agent_topics = found["topics_json"] if found else []
                 wanted = [t for t in agent_topics or [] if isinstance(t, str)]
             topics = list(dict.fromkeys(wanted))
             params: dict[str, Any] = {"p_agent_id": agent_id, "p_limit": limit}

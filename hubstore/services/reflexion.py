@@ -233,11 +233,11 @@ class ReflexionOps(Operations):
         require_id(id, "id")
         with self.unit_of_work() as uow:
             # Read under the row lock (SQLite: the write lock), then one guarded write.
-            found = _LOCK_COUNTS.rows(uow, {"p_id": id})
-            if not found:
+            found = _LOCK_COUNTS.first(uow, {"p_id": id})
+            if found is None:
                 return None
-            hits = found[0]["hit_count"] + 1
-            successes = found[0]["success_count"] + (1 if success else 0)
+            hits = found["hit_count"] + 1
+            successes = found["success_count"] + (1 if success else 0)
             now = now_ms()
             [row] = _RECORD_HIT.rows(uow, {
                 "p_id": id, "p_hits": hits, "p_successes": successes, "p_now": now,
