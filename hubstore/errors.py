@@ -57,10 +57,39 @@ class UnknownSchema(HubStoreError):
     code = "SCHEMA_UNKNOWN"
 
 
+class ReadOnlyUnitOfWork(HubStoreError):
+    """A write was attempted inside a read-only unit of work (``write=False``)."""
+
+    code = "READ_ONLY"
+
+
+class DuplicateKey(HubStoreError):
+    """A row with that key exists already (for example a job_id given twice)."""
+
+    code = "DUPLICATE_KEY"
+
+
+class DatabaseBusy(HubStoreError):
+    """The write lock was not free within the busy timeout."""
+
+    code = "DATABASE_BUSY"
+
+
+class DatabaseUnavailable(HubStoreError):
+    """The database cannot be used: the server refused, timed out or went away, or the
+    file is read-only or its disk is full. The message says which."""
+
+    code = "DATABASE_UNAVAILABLE"
+
+
 __all__ = [
     "AssignNotFound",
+    "DatabaseBusy",
+    "DatabaseUnavailable",
+    "DuplicateKey",
     "HubStoreError",
     "IllegalTransition",
+    "ReadOnlyUnitOfWork",
     "RetryExhausted",
     "SchemaNotCurrent",
     "StaleAttempt",

@@ -12,15 +12,7 @@ from sqlalchemy.engine import URL
 
 from hubstore.connections import ConnectionSource
 from hubstore.engine import create_hub_engine, resolve_url
-from hubstore.services.agents import AgentOps
-from hubstore.services.assign_hub import AssignHubOps
-from hubstore.services.assigns import AssignOps
-from hubstore.services.dead_letters import DeadLetterOps
-from hubstore.services.human_requests import HumanRequestOps
-from hubstore.services.messages import MessageOps
-from hubstore.services.pipelines import PipelineOps
-from hubstore.services.reflexion import ReflexionOps
-from hubstore.services.stats import StatsOps
+from hubstore.services import HubOperations
 from hubstore.uow import UnitOfWork
 
 if TYPE_CHECKING:
@@ -46,10 +38,7 @@ class Features:
                    reflexion_fts="reflexion_entries_fts" in names)
 
 
-class HubStore(
-    AgentOps, MessageOps, HumanRequestOps, DeadLetterOps, AssignOps, AssignHubOps,
-    ReflexionOps, PipelineOps, StatsOps,
-):
+class HubStore(HubOperations):
     """The hub's store. Each method called here is a unit of work of its own.
 
     >>> with HubStore.open("sqlite:///hub.db", auto_migrate=True) as store:  # doctest: +SKIP

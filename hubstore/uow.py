@@ -13,15 +13,7 @@ from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from hubstore.connections import WriterQueue
-from hubstore.services.agents import AgentOps
-from hubstore.services.assign_hub import AssignHubOps
-from hubstore.services.assigns import AssignOps
-from hubstore.services.dead_letters import DeadLetterOps
-from hubstore.services.human_requests import HumanRequestOps
-from hubstore.services.messages import MessageOps
-from hubstore.services.pipelines import PipelineOps
-from hubstore.services.reflexion import ReflexionOps
-from hubstore.services.stats import StatsOps
+from hubstore.services import HubOperations
 
 if TYPE_CHECKING:
     from hubstore.models import AssignJob
@@ -30,10 +22,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-class UnitOfWork(
-    AgentOps, MessageOps, HumanRequestOps, DeadLetterOps, AssignOps, AssignHubOps,
-    ReflexionOps, PipelineOps, StatsOps,
-):
+class UnitOfWork(HubOperations):
     """One connection, one transaction, and a Session on them when ORM work needs one.
 
     Leaving the block normally commits; an exception rolls back and propagates. Assign
