@@ -15,12 +15,13 @@ from hubstore.services.human_requests import HumanRequestOps
 from hubstore.services.messages import MessageOps
 from hubstore.services.pipelines import PipelineOps
 from hubstore.services.reflexion import ReflexionOps
+from hubstore.services.retention import RetentionOps
 from hubstore.services.stats import StatsOps
 
 
 class HubOperations(
     AgentOps, MessageOps, HumanRequestOps, DeadLetterOps, AssignOps, AssignHubOps,
-    ReflexionOps, PipelineOps, StatsOps,
+    ReflexionOps, PipelineOps, StatsOps, RetentionOps,
 ):
     """Every store method: the one list of operation mixins (facade and unit of work)."""
 

@@ -1,0 +1,106 @@
+"""Retention: pruning old messages in short batches.
+
+The batches are found through ``idx_messages_priority`` (priority DESC, created_at_ms):
+one range per priority (the schema allows 1..9), read in created_at_ms order from where
+the previous batch of that priority stopped. So no index is added to messages, where
+each index costs every audit_log insert a page write, and no batch scans the rows that
+stay or steps again over the rows an earlier batch deleted.
+
+Each batch deletes the messages' inbox rows and dead letters, then the messages, in one
+unit of work: called on the store, a short transaction of its own, after which the
+writer's turn (SQLite's queue of writers) is free for others; inside a unit of work, a
+part of its transaction. The figures stay exact because the counter triggers of
+revisions 0003 and 0004 see every deleted row.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from sqlalchemy import Integer, bindparam, delete, func, select
+
+from hubstore.models import DeadLetter, Message, MessageInbox, table_of
+from hubstore.services.base import Operations, resolve_now
+from hubstore.validation import require_int
+
+PRIORITIES = range(1, 10)  # the CHECK constraint of messages.priority
+#: Bound values per IN list (well under SQLite's limit, whatever the batch size).
+IN_CHUNK = 500
+#: After each batch the store pauses this long (a fraction of the batch's own time, at
+#: least this), so that writers of other processes waiting on the lock get their turn.
+MIN_PAUSE_S = 0.002
+
+_messages = table_of(Message)
+_inbox = table_of(MessageInbox)
+_letters = table_of(DeadLetter)
+
+_BATCH = (select(_messages.c.id, _messages.c.created_at_ms)
+          .where(_messages.c.priority == bindparam("p_priority"),
+                 _messages.c.created_at_ms >= bindparam("p_from"),
+                 _messages.c.created_at_ms < bindparam("p_before"))
+          .order_by(_messages.c.created_at_ms)
+          .limit(bindparam("p_limit", type_=Integer)))
+
+Progress = Callable[[int], None]
+
+
+class RetentionOps(Operations):
+    """Deleting what is old."""
+
+    def prune_messages(self, older_than_ms: int, now_ms: int | None = None,
+                       batch_size: int = 1000, *, progress: Progress | None = None) -> int:
+        """Delete the messages created strictly before ``now - older_than_ms``, with
+        their inbox rows and dead letters, ``batch_size`` messages per unit of work.
+        Returns how many messages were deleted. ``progress(n)`` is called after each
+        batch with the number of messages it deleted (the command line's progress bar).
+        """
+        require_int(older_than_ms, "older_than_ms", minimum=0)
+        require_int(batch_size, "batch_size", minimum=1)
+        before = resolve_now(now_ms) - older_than_ms
+        from hubstore.uow import UnitOfWork  # (it imports the services)
+
+        # Inside a unit of work the batches are parts of its transaction: no pause then.
+        pause = not isinstance(self, UnitOfWork)
+        deleted = 0
+        for priority in PRIORITIES:
+            start: int | None = None  # created_at_ms where this priority's next batch starts
+            while True:
+                began = time.monotonic()
+                with self.unit_of_work() as uow:
+                    rows = uow.connection.execute(_BATCH, {
+                        "p_priority": priority, "p_before": before, "p_limit": batch_size,
+                        "p_from": -(2 ** 63) if start is None else start}).all()
+                    ids = [row.id for row in rows]
+                    for chunk in _chunks(ids):
+                        uow.connection.execute(delete(_inbox).where(
+                            _inbox.c.message_id.in_(chunk)))
+                        uow.connection.execute(delete(_letters).where(
+                            _letters.c.message_id.in_(chunk)))
+                        uow.connection.execute(delete(_messages).where(
+                            _messages.c.id.in_(chunk)))
+                if not rows:
+                    break
+                deleted += len(ids)
+                start = rows[-1].created_at_ms  # ties not yet deleted are read again
+                if progress is not None:
+                    progress(len(ids))
+                if len(rows) < batch_size:
+                    break
+                if pause:
+                    time.sleep(max(MIN_PAUSE_S, (time.monotonic() - began) / 4))
+        return deleted
+
+    def count_messages_before(self, older_than_ms: int, now_ms: int | None = None) -> int:
+        """How many messages ``prune_messages`` would delete now (index-backed count)."""
+        require_int(older_than_ms, "older_than_ms", minimum=0)
+        before = resolve_now(now_ms) - older_than_ms
+        with self.unit_of_work(write=False) as uow:
+            return int(uow.connection.scalar(
+                select(func.count()).select_from(_messages).where(
+                    _messages.c.priority.in_(list(PRIORITIES)),
+                    _messages.c.created_at_ms < before)) or 0)
+
+
+def _chunks(ids: list[str]) -> list[list[str]]:
+    return [ids[i:i + IN_CHUNK] for i in range(0, len(ids), IN_CHUNK)]

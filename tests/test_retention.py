@@ -1,0 +1,165 @@
+"""Retention: prune_messages deletes old messages, their inbox rows and dead letters."""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import pytest
+from sqlalchemy import func, insert, select, text
+
+from hubstore import HubStore, uuidv7
+from hubstore.errors import ValidationError
+from hubstore.models import DeadLetter, Message, MessageInbox, table_of
+from hubstore.services import retention
+from hubstore.services.stats import counts, plain_counts
+from tests.factories import AssignJobFactory
+
+NOW = 10 ** 12
+DAY = 86_400_000
+
+
+def add_messages(store: HubStore, created: list[int], seed: int = 1) -> list[str]:
+    """Messages created at the given times, each with an inbox row; every third one
+    also dead-lettered. Returns their ids."""
+    rng = random.Random(seed)
+    rows: list[dict[str, Any]] = []
+    for at in created:
+        status = rng.choice(["queued", "acked", "dead_letter", "delivered"])
+        rows.append({"id": uuidv7(), "type": "event", "from_agent": "a", "to_agent": "b",
+                     "topic": "t", "priority": rng.randint(1, 9), "ttl_ms": 1000,
+                     "created_at_ms": at, "expires_at_ms": at + 1000,
+                     "correlation_id": "c", "trace_id": "t", "payload_json": {},
+                     "status": status})
+    with store.unit_of_work() as uow:
+        uow.connection.execute(insert(table_of(Message)), rows)
+        uow.connection.execute(insert(table_of(MessageInbox)), [
+            {"message_id": r["id"], "agent_id": "b", "delivered_at_ms": r["created_at_ms"],
+             "attempts": 0} for r in rows])
+        uow.connection.execute(insert(table_of(DeadLetter)), [
+            {"message_id": r["id"], "reason": "r", "failed_at_ms": r["created_at_ms"]}
+            for r in rows[::3]])
+    return [r["id"] for r in rows]
+
+
+def remaining(store: HubStore) -> dict[str, set[str]]:
+    with store.unit_of_work(write=False) as uow:
+        c = uow.connection
+        return {"messages": set(c.scalars(select(Message.id))),
+                "inbox": set(c.scalars(select(MessageInbox.message_id))),
+                "dead_letters": set(c.scalars(select(DeadLetter.message_id)))}
+
+
+def assert_figures_exact(store: HubStore) -> None:
+    """The trigger-kept figures equal counting the rows, through every figures method."""
+    with store.unit_of_work(write=False) as uow:
+        plain = plain_counts(uow)
+        assert counts(uow) | {"online_agents": 0} == plain | {"online_agents": 0}
+    depths = {"urgent": plain["messages_queued_urgent"],
+              "normal": plain["messages_queued_normal"], "dlq": plain["dead_letters"]}
+    assert store.get_queue_depths() == depths
+    hub = store.get_hub_stats()
+    assert hub == {"online_agents": 0, "total_messages": plain["messages"],
+                   "active_assign_jobs": plain["assign_queued"] + plain["assign_running"],
+                   **depths}
+    audit = store.get_audit_stats()
+    assert audit["total_messages"] == plain["messages"]
+    assert audit["dlq"] == plain["dead_letters"]
+
+
+def test_prune_deletes_strictly_older_messages_with_their_rows(store: HubStore) -> None:
+    cutoff = NOW - 30 * DAY
+    # Ties at one time straddle the batches; one message sits exactly at the cut-off.
+    old_times = [cutoff - 1] * 7 + [cutoff - DAY - i for i in range(40)]
+    new_times = [cutoff, cutoff + 1, NOW]
+    old = set(add_messages(store, old_times))
+    new = set(add_messages(store, new_times, seed=2))
+    AssignJobFactory.create(status="running")
+    assert store.count_messages_before(30 * DAY, now_ms=NOW) == len(old)
+
+    seen: list[int] = []
+    deleted = store.prune_messages(30 * DAY, now_ms=NOW, batch_size=3, progress=seen.append)
+
+    assert deleted == len(old) == sum(seen)
+    assert max(seen) <= 3
+    left = remaining(store)
+    assert left["messages"] == new
+    assert left["inbox"] == new
+    assert left["dead_letters"] <= new and left["dead_letters"]  # some survive
+    assert_figures_exact(store)
+    assert store.prune_messages(30 * DAY, now_ms=NOW) == 0
+
+
+def test_prune_keeps_other_dead_letters_and_figures_after_random_work(store: HubStore) -> None:
+    rng = random.Random(5)
+    times = [NOW - rng.randrange(0, 60 * DAY) for _ in range(300)]
+    ids = add_messages(store, times)
+    store.move_to_dead_letter(ids[1], "manual")
+    store.sweep_expired(now_ms=NOW)  # queued ones become dead letters (the triggers count)
+    orphan = uuidv7()  # a dead letter whose message is gone already is not the prune's
+    with store.unit_of_work() as uow:
+        uow.connection.execute(insert(table_of(DeadLetter)),
+                               {"message_id": orphan, "reason": "r", "failed_at_ms": 1})
+    expected = sum(t < NOW - 20 * DAY for t in times)
+    assert store.prune_messages(20 * DAY, now_ms=NOW, batch_size=17) == expected
+    left = remaining(store)
+    assert len(left["messages"]) == len(times) - expected
+    assert orphan in left["dead_letters"]
+    assert left["dead_letters"] - {orphan} <= left["messages"]
+    assert_figures_exact(store)
+
+
+def test_prune_without_now_uses_the_clock(store: HubStore) -> None:
+    from hubstore.ids import now_ms
+
+    add_messages(store, [now_ms() - 2 * DAY, now_ms() + DAY])
+    assert store.prune_messages(DAY) == 1
+    assert len(remaining(store)["messages"]) == 1
+
+
+def test_inside_a_unit_of_work_the_prune_is_part_of_its_transaction(store: HubStore) -> None:
+    add_messages(store, [NOW - 2 * DAY] * 5)
+    with pytest.raises(RuntimeError), store.unit_of_work() as uow:
+        assert uow.prune_messages(DAY, now_ms=NOW, batch_size=2) == 5
+        assert not remaining_in(uow)
+        raise RuntimeError("roll back")
+    assert len(remaining(store)["messages"]) == 5
+    assert_figures_exact(store)
+    with store.unit_of_work() as uow:
+        assert uow.prune_messages(DAY, now_ms=NOW, batch_size=2) == 5
+    assert remaining(store) == {"messages": set(), "inbox": set(), "dead_letters": set()}
+    assert_figures_exact(store)
+
+
+def remaining_in(uow: Any) -> int:
+    return int(uow.connection.scalar(select(func.count()).select_from(table_of(Message))))
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    ({"older_than_ms": -1}, "older_than_ms must be at least 0"),
+    ({"older_than_ms": DAY, "batch_size": 0}, "batch_size must be at least 1"),
+    ({"older_than_ms": True}, "older_than_ms must be an integer"),
+    ({"older_than_ms": DAY, "now_ms": "soon"}, "now_ms must be an integer"),
+])
+def test_prune_refuses_bad_arguments(store: HubStore, args: dict[str, Any], says: str) -> None:
+    add_messages(store, [NOW - 2 * DAY])
+    with pytest.raises(ValidationError, match=says):
+        store.prune_messages(**args)
+    assert len(remaining(store)["messages"]) == 1
+
+
+def test_batches_are_found_through_an_index(store: HubStore, backend: str) -> None:
+    """Each batch reads one index range (priority, created_at_ms): no table scan."""
+    params = {"p_priority": 5, "p_from": 0, "p_before": NOW, "p_limit": 10}
+    with store.unit_of_work(write=False) as uow:
+        sql = str(retention._BATCH.params(**params).compile(
+            dialect=uow.connection.dialect, compile_kwargs={"literal_binds": True}))
+        if backend == "sqlite":
+            plan = " ".join(str(r[3]) for r in uow.connection.exec_driver_sql(
+                f"EXPLAIN QUERY PLAN {sql}"))
+            assert "USING INDEX idx_messages_priority (priority=? AND created_at_ms>? " \
+                   "AND created_at_ms<?)" in plan, plan
+        else:
+            uow.connection.execute(text("SET LOCAL enable_seqscan = off"))
+            plan = " ".join(r[0] for r in uow.connection.exec_driver_sql(f"EXPLAIN {sql}"))
+            assert "idx_messages_priority" in plan and "Sort" not in plan, plan
