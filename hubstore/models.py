@@ -48,6 +48,8 @@ ASSIGN_STATUSES = ("queued", "running", "succeeded", "failed", "timed_out")
 REFLEXION_TYPES = ("reflexion", "adaptive")
 
 Millis = BigInteger  # every time is integer milliseconds since the epoch
+#: Counts and ids the reference can make large: 64-bit on both dialects (revision 0006).
+Counter = BigInteger().with_variant(Integer, "sqlite")
 
 
 def _in(column: str, values: tuple[str, ...]) -> str:
@@ -96,7 +98,7 @@ class Agent(Base):
 
     agent_id: Mapped[str] = mapped_column(Text, primary_key=True)
     cli: Mapped[str] = mapped_column(Text)
-    pid: Mapped[int | None] = mapped_column(Integer)
+    pid: Mapped[int | None] = mapped_column(Counter)
     capabilities: Mapped[Any] = mapped_column(
         "capabilities_json", JSONText("[]"), server_default=text("'[]'"))
     topics: Mapped[Any] = mapped_column(
@@ -164,7 +166,7 @@ class MessageInbox(Base):
     agent_id: Mapped[str] = mapped_column(Text)
     delivered_at_ms: Mapped[int | None] = mapped_column(Millis)
     acked_at_ms: Mapped[int | None] = mapped_column(Millis)
-    attempts: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    attempts: Mapped[int] = mapped_column(Counter, server_default=text("0"))
 
 
 class HumanRequest(Base):
@@ -214,9 +216,9 @@ class AssignJob(Base):
     payload: Mapped[Any] = mapped_column(
         "payload_json", JSONText("{}"), server_default=text("'{}'"))
     status: Mapped[str] = mapped_column(Text)
-    attempt: Mapped[int] = mapped_column(Integer, server_default=text("1"))
-    retry_count: Mapped[int] = mapped_column(Integer, server_default=text("0"))
-    max_retries: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    attempt: Mapped[int] = mapped_column(Counter, server_default=text("1"))
+    retry_count: Mapped[int] = mapped_column(Counter, server_default=text("0"))
+    max_retries: Mapped[int] = mapped_column(Counter, server_default=text("0"))
     priority: Mapped[int] = mapped_column(Integer, server_default=text("5"))
     ttl_ms: Mapped[int] = mapped_column(Millis, server_default=text("600000"))
     timeout_ms: Mapped[int] = mapped_column(Millis, server_default=text("600000"))
@@ -244,10 +246,10 @@ class PipelineState(Base):
 
     team_name: Mapped[str] = mapped_column(Text, primary_key=True)
     phase: Mapped[str] = mapped_column(Text, server_default=text("'plan'"))
-    fix_attempt: Mapped[int | None] = mapped_column(Integer, server_default=text("0"))
-    fix_max: Mapped[int | None] = mapped_column(Integer, server_default=text("3"))
-    ralph_iteration: Mapped[int | None] = mapped_column(Integer, server_default=text("0"))
-    ralph_max: Mapped[int | None] = mapped_column(Integer, server_default=text("10"))
+    fix_attempt: Mapped[int | None] = mapped_column(Counter, server_default=text("0"))
+    fix_max: Mapped[int | None] = mapped_column(Counter, server_default=text("3"))
+    ralph_iteration: Mapped[int | None] = mapped_column(Counter, server_default=text("0"))
+    ralph_max: Mapped[int | None] = mapped_column(Counter, server_default=text("10"))
     artifacts: Mapped[Any] = mapped_column(JSONText("{}"), server_default=text("'{}'"),
                                            nullable=True)
     phase_history: Mapped[Any] = mapped_column(JSONText("[]"), server_default=text("'[]'"),
@@ -271,8 +273,8 @@ class ReflexionEntry(Base):
     adaptive_state: Mapped[Any] = mapped_column(
         "adaptive_state_json", JSONText("{}"), server_default=text("'{}'"))
     confidence: Mapped[float] = mapped_column(Float, server_default=text("0.5"))
-    hit_count: Mapped[int] = mapped_column(Integer, server_default=text("1"))
-    success_count: Mapped[int] = mapped_column(Integer, server_default=text("0"))
+    hit_count: Mapped[int] = mapped_column(Counter, server_default=text("1"))
+    success_count: Mapped[int] = mapped_column(Counter, server_default=text("0"))
     last_hit_ms: Mapped[int] = mapped_column(Millis)
     created_at_ms: Mapped[int] = mapped_column(Millis)
     updated_at_ms: Mapped[int] = mapped_column(Millis)
