@@ -284,6 +284,21 @@ Index("idx_reflexion_confidence", ReflexionEntry.confidence.desc())
 
 
 
+class MessageLog(Base):
+    """Revision 0007: every message's position in commit order (message feeds).
+
+    Written only by the trigger on messages (see alembic/versions/0007_message_feed.py);
+    seq is never handed out twice (AUTOINCREMENT on SQLite, a sequence on PostgreSQL).
+    """
+
+    __tablename__ = "message_log"
+    __table_args__ = ({"sqlite_autoincrement": True},)
+
+    seq: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=False)
+    message_id: Mapped[str] = mapped_column(Text)
+
+
 class HubMeta(Base):
     """The reference's ``_meta`` table: its ``schema_version`` row says '3' or '4'.
 
