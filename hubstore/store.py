@@ -13,6 +13,7 @@ from sqlalchemy.engine import URL
 from hubstore.connections import ConnectionSource
 from hubstore.engine import create_hub_engine, resolve_url
 from hubstore.services import HubOperations
+from hubstore.services.waiting import WaitingOps
 from hubstore.uow import UnitOfWork
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ class Features:
                    reflexion_fts="reflexion_entries_fts" in names)
 
 
-class HubStore(HubOperations):
+class HubStore(WaitingOps, HubOperations):
     """The hub's store. Each method called here is a unit of work of its own.
 
     >>> with HubStore.open("sqlite:///hub.db", auto_migrate=True) as store:  # doctest: +SKIP

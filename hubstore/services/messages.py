@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import bindparam, insert, select, text, union_all
 
@@ -29,6 +29,9 @@ from hubstore.validation import (
     string_list,
 )
 
+if TYPE_CHECKING:
+    from hubstore.uow import UnitOfWork
+
 MAX_POLL = 100
 DEFAULT_POLL = 20
 
@@ -43,6 +46,16 @@ _TO_A_TOPIC = text(TOPIC_FEED_WHERE)
 _AGENT_TOPICS = Prepared(
     select(table_of(Agent).c.topics_json).where(Agent.agent_id == bindparam("p_agent_id")),
     table_of(Agent))
+
+
+def feed_topics(uow: UnitOfWork, agent_id: str, wanted: list[str]) -> list[str]:
+    """The topics an agent's poll (or feed) covers: ``wanted`` when non-empty, else the
+    agent's own stored topics, read now; duplicates dropped, in order."""
+    if not wanted:
+        found = _AGENT_TOPICS.first(uow, {"p_agent_id": agent_id})
+        agent_topics = found["topics_json"] if found else []
+        wanted = [t for t in agent_topics or [] if isinstance(t, str)]
+    return list(dict.fromkeys(wanted))
 
 
 @functools.lru_cache(maxsize=64)
@@ -150,11 +163,7 @@ class MessageOps(Operations):
         limit = clamp_poll_limit(max_messages)
         wanted = string_list(include_topics, "include_topics") if include_topics else []
         with self.unit_of_work(write=False) as uow:
-            if not wanted:
-                found = _AGENT_TOPICS.first(uow, {"p_agent_id": agent_id})
-                agent_topics = found["topics_json"] if found else []
-                wanted = [t for t in agent_topics or [] if isinstance(t, str)]
-            topics = list(dict.fromkeys(wanted))
+            topics = feed_topics(uow, agent_id, wanted)
             params: dict[str, Any] = {"p_agent_id": agent_id, "p_limit": limit}
             params.update({f"p_topic_{k}": topic for k, topic in enumerate(topics)})
             rows = _poll_statement(len(topics)).rows(uow, params)

@@ -1,0 +1,256 @@
+"""Waiting for work across processes: ``wait_for_assign`` and message feeds (store only).
+
+Commit order comes from ``message_log`` (revision 0007: why, per dialect, is written
+there): every message has a ``seq`` in the order its transaction committed, one
+transaction's messages consecutive and in write order. A feed's position is a seq; a
+read takes the highest committed seq first, then the agent's messages between its
+position and that head, so a transaction committing meanwhile (a higher seq) is left
+for the next read, never skipped. Waking is :mod:`hubstore.signals`.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import and_, bindparam, func, or_, select, text
+from sqlalchemy.engine import URL
+
+from hubstore import signals
+from hubstore.errors import ValidationError
+from hubstore.models import TOPIC_FEED_WHERE, Message, MessageLog, table_of
+from hubstore.services.base import Operations, Prepared
+from hubstore.services.messages import feed_topics
+from hubstore.validation import as_number, require_id, string_list
+
+if TYPE_CHECKING:
+    from hubstore.models import AssignJob
+    from hubstore.uow import UnitOfWork
+
+MAX_FEED_BATCH = 1000
+CURSOR_PREFIX = "feed1:"
+_CURSOR = re.compile(r"feed1:(0|[1-9][0-9]{0,18})")
+
+_messages = table_of(Message)
+_log = table_of(MessageLog)
+_HEAD = Prepared(select(func.coalesce(func.max(_log.c.seq), 0).label("head")))
+
+
+@functools.lru_cache(maxsize=64)
+def _feed_statement(topic_count: int) -> Prepared:
+    """The agent's messages with after < seq <= head, in seq order, for that many topics."""
+    m = _messages.c
+    wanted = m.to_agent == bindparam("p_agent_id")
+    if topic_count:
+        on_topic = m.topic.in_([bindparam(f"p_topic_{k}") for k in range(topic_count)])
+        wanted = or_(wanted, and_(text(TOPIC_FEED_WHERE), on_topic))
+    stmt = (select(_log.c.seq.label("feed_seq"), *_messages.c)
+            .join_from(_log, _messages, _messages.c.id == _log.c.message_id)
+            .where(_log.c.seq > bindparam("p_after"), _log.c.seq <= bindparam("p_head"),
+                   wanted)
+            .order_by(_log.c.seq)
+            .limit(bindparam("p_limit")))
+    return Prepared(stmt, _messages)
+
+
+def check_timeout(timeout_s: object) -> float | None:
+    """A wait's timeout in seconds (None: no limit)."""
+    if timeout_s is None:
+        return None
+    number = as_number(timeout_s)
+    if number is None or isinstance(timeout_s, bool) or number < 0 or number != number:
+        raise ValidationError(f"timeout_s must be a number of seconds >= 0, not {timeout_s!r}")
+    return float(number)
+
+
+def check_batch(max_messages: object) -> int:
+    number = as_number(max_messages)
+    if number is None or isinstance(max_messages, bool) or int(number) != number or not (
+            1 <= number <= MAX_FEED_BATCH):
+        raise ValidationError(f"max_messages must be an integer in 1..{MAX_FEED_BATCH}")
+    return int(number)
+
+
+def parse_cursor(cursor: object) -> int:
+    if not isinstance(cursor, str) or not _CURSOR.fullmatch(cursor):
+        raise ValidationError(f"not a message feed cursor: {cursor!r}")
+    return int(cursor[len(CURSOR_PREFIX):])
+
+
+def format_cursor(position: int) -> str:
+    return f"{CURSOR_PREFIX}{position}"
+
+
+@dataclass(frozen=True)
+class FeedBatch:
+    """One read of a feed: the messages, the position after them, the topics it used."""
+
+    messages: list[Message]
+    position: int
+    topics: list[str]
+
+
+def feed_head(uow: UnitOfWork) -> int:
+    """The highest committed seq (0 for an empty log)."""
+    row = _HEAD.first(uow, {})
+    return int(row["head"]) if row else 0
+
+
+def read_feed(uow: UnitOfWork, agent_id: str, include_topics: list[str], after: int,
+              limit: int) -> FeedBatch:
+    """The agent's messages after ``after``, up to ``limit``; nothing moves."""
+    head = feed_head(uow)
+    topics = feed_topics(uow, agent_id, include_topics)
+    if head <= after:
+        return FeedBatch([], after, topics)
+    params: dict[str, Any] = {"p_agent_id": agent_id, "p_after": after, "p_head": head,
+                              "p_limit": limit}
+    params.update({f"p_topic_{k}": topic for k, topic in enumerate(topics)})
+    rows = _feed_statement(len(topics)).rows(uow, params)
+    # Short of the limit, everything up to head was seen: the position moves to head
+    # (past other agents' messages, so the next read does not scan them again).
+    position = int(rows[-1]["feed_seq"]) if len(rows) == limit else head
+    messages = []
+    for row in rows:
+        del row["feed_seq"]
+        messages.append(Message.from_row(row))
+    return FeedBatch(messages, position, topics)
+
+
+def deadline_after(timeout_s: object) -> float | None:
+    """The monotonic time a wait of ``timeout_s`` ends (None: no limit)."""
+    timeout = check_timeout(timeout_s)
+    return None if timeout is None else time.monotonic() + timeout
+
+
+def pause(sub: signals.Subscription, deadline: float | None) -> bool:
+    """Wait for a wake-up, the watcher's re-check interval or the deadline, whichever
+    comes first; False when the deadline has passed (time to give up)."""
+    wait = sub.watcher.recheck_s
+    if deadline is not None:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return False
+        wait = min(wait, remaining)
+    sub.wait(wait)
+    return True
+
+
+def feed_keys(agent_id: str, topics: Iterable[str]) -> frozenset[str]:
+    """The NOTIFY payloads that concern a feed (revision 0007's trigger writes them)."""
+    return frozenset([signals.agent_key(agent_id), *map(signals.topic_key, topics)])
+
+
+class MessageFeed:
+    """The messages ``poll_for_agent`` would show an agent, each once, in commit order.
+
+    Made by :meth:`WaitingOps.message_feed`. ``cursor`` resumes right after the last
+    message :meth:`next` returned, in any process (positions are commit-order seqs).
+    A feed is not meant to be shared by threads reading at the same time.
+    """
+
+    def __init__(self, store: WaitingOps, agent_id: str, include_topics: list[str],
+                 position: int) -> None:
+        self.store = store
+        self.agent_id = agent_id
+        self.include_topics = include_topics
+        self.position = position
+        self._topics: list[str] = list(include_topics)
+
+    @property
+    def cursor(self) -> str:
+        return format_cursor(self.position)
+
+    def read(self, max_messages: int) -> FeedBatch:
+        """One look at the tables from the current position (the position stays)."""
+        with self.store.unit_of_work(write=False) as uow:
+            return read_feed(uow, self.agent_id, self.include_topics, self.position,
+                             max_messages)
+
+    def keys(self) -> frozenset[str]:
+        return feed_keys(self.agent_id, self._topics)
+
+    def next(self, timeout_s: float | None = 30.0, max_messages: int = 100) -> list[Message]:
+        """The next messages (at most ``max_messages``) as soon as there are any; an
+        empty list once ``timeout_s`` passed with none."""
+        limit = check_batch(max_messages)
+        deadline = deadline_after(timeout_s)
+        watcher = self.store.change_watcher()
+        with watcher.subscribe(signals.MESSAGES, self.keys()) as sub:
+            while True:
+                sub.clear()
+                batch = self.read(limit)
+                self.position, self._topics = batch.position, batch.topics
+                if sub.keys is not None and self.keys() != sub.keys:
+                    sub.keys = self.keys()  # topics changed: listen for them too
+                    if not batch.messages:
+                        continue  # and look once more (one may have slipped by)
+                if batch.messages:
+                    return batch.messages
+                if not pause(sub, deadline):
+                    return []
+
+
+class WaitingOps(Operations):
+    """Store-only methods that wait for other processes' commits."""
+
+    url: URL
+    #: Where the PostgreSQL listener connects: None means the store's URL; a direct URL
+    #: when the store goes through PgBouncer in transaction mode; False for no LISTEN
+    #: (waiters then look every FALLBACK_RECHECK_S). Set it before the first wait.
+    listen_url: URL | str | bool | None = None
+
+    _watcher_guard = threading.Lock()
+
+    def change_watcher(self) -> signals.ChangeWatcher:
+        """This store's watcher (made on first use)."""
+        watcher: signals.ChangeWatcher | None = self.__dict__.get("_change_watcher")
+        if watcher is None:
+            with self._watcher_guard:
+                watcher = self.__dict__.get("_change_watcher")
+                if watcher is None:
+                    watcher = signals.ChangeWatcher(self.url, self.listen_url)
+                    self.__dict__["_change_watcher"] = watcher
+        return watcher
+
+    def close_waiters(self) -> None:
+        """Stop this store's watcher thread and wake its waiters (store.close calls it)."""
+        watcher = self.__dict__.pop("_change_watcher", None)
+        if watcher is not None:
+            watcher.close()
+
+    def wait_for_assign(self, worker_agent: str, timeout_s: float | None = 30.0
+                        ) -> AssignJob | None:
+        """Claim the worker's next queued job (as ``claim_next_assign``); when there is
+        none, wait until any process queues one and claim it. None once ``timeout_s``
+        passed (never before; None waits without limit)."""
+        require_id(worker_agent, "worker_agent")
+        deadline = deadline_after(timeout_s)
+        watcher = self.change_watcher()
+        with watcher.subscribe(signals.ASSIGNS, [signals.worker_key(worker_agent)]) as sub:
+            while True:
+                sub.clear()
+                with self.unit_of_work() as uow:
+                    job = uow.claim_next_assign(worker_agent)
+                if job is not None:
+                    return job
+                if not pause(sub, deadline):
+                    return None
+
+    def message_feed(self, agent_id: str, include_topics: Iterable[str] | None = None,
+                     cursor: str | None = None) -> MessageFeed:
+        """A feed of the agent's messages (see :class:`MessageFeed`), starting after
+        ``cursor``, else after every message committed before this call."""
+        require_id(agent_id, "agent_id")
+        topics = string_list(include_topics, "include_topics") if include_topics else []
+        if cursor is not None:
+            position = parse_cursor(cursor)
+        else:
+            with self.unit_of_work(write=False) as uow:
+                position = feed_head(uow)
+        return MessageFeed(self, agent_id, topics, position)
