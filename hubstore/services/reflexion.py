@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -10,6 +11,7 @@ from sqlalchemy import (
     JSON,
     BindParameter,
     ColumnElement,
+    Float,
     Text,
     TextClause,
     and_,
@@ -19,6 +21,7 @@ from sqlalchemy import (
     exists,
     func,
     insert,
+    literal_column,
     or_,
     select,
     text,
@@ -169,6 +172,98 @@ def recalc(hit_count: int, success_count: int) -> float:
     return max(0.0, min(1.0, value))
 
 
+#: list_reflexion's project_slug filter: the expressions that revision 0005 indexes,
+#: repeated verbatim (a planner uses an expression index only for the expression it
+#: indexes, so the JSON path is constant SQL text here; the slug itself is bound).
+#: SQLite: the slug when it is a JSON string, else NULL (json_extract would return an
+#: array or object as JSON text). PostgreSQL: jsonb equality with a jsonb string.
+_SLUG_EXPRESSION = {
+    "sqlite": literal_column(
+        "CASE WHEN json_valid(adaptive_state_json) THEN "
+        "CASE json_type(adaptive_state_json, '$.project_slug') "
+        "WHEN 'text' THEN json_extract(adaptive_state_json, '$.project_slug') END END", Text),
+    "postgresql": literal_column("adaptive_state_json -> 'project_slug'", JSONB),
+}
+_LIST_ORDER = (_entries.c.confidence.desc(), _entries.c.updated_at_ms.desc(), _entries.c.id)
+#: What patch_reflexion may set (10.17.4's patchReflexion writes exactly these columns).
+PATCHABLE = ("type", "error_pattern", "error_message", "context", "solution", "solution_code",
+             "adaptive_state", "confidence", "hit_count", "success_count", "last_hit_ms",
+             "updated_at_ms")
+_INT64 = (-(2**63), 2**63 - 1)
+_COLUMN_OF = {"context": "context_json", "adaptive_state": "adaptive_state_json"}
+_DELETE = Prepared(delete(_entries).where(_entries.c.id == bindparam("p_id")))
+
+
+@functools.lru_cache(maxsize=16)
+def list_statement(dialect: str, by_type: bool, by_confidence: bool, by_slug: bool) -> Prepared:
+    """list_reflexion's query for this combination of filters, built once."""
+    where: list[ColumnElement[bool]] = []
+    if by_type:
+        where.append(_entries.c.type == bindparam("p_type"))
+    if by_confidence:
+        where.append(_entries.c.confidence >= bindparam("p_min", type_=Float))
+    if by_slug:
+        slug = _SLUG_EXPRESSION[dialect]
+        value = (cast(bindparam("p_slug", type_=Text), JSONB) if dialect == "postgresql"
+                 else bindparam("p_slug", type_=Text))
+        where.append(slug == value)
+    return Prepared(select(_entries).where(*where).order_by(*_LIST_ORDER), _entries)
+
+
+@functools.lru_cache(maxsize=256)
+def patch_statement(columns: tuple[str, ...]) -> Prepared:
+    """UPDATE these columns (bound by column name) of one row, returning the row."""
+    return Prepared(update(_entries).where(_entries.c.id == bindparam("p_id"))
+                    .values({c: bindparam(c, type_=_entries.c[c].type) for c in columns})
+                    .returning(*_entries.c), _entries)
+
+
+def _number(value: object, what: str) -> float:
+    """A real number (not a bool, not NaN) as a float."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValidationError(f"{what} must be a number, got {value!r}")
+    try:
+        number = float(value)
+    except OverflowError:
+        raise ValidationError(f"{what} is too large: {value!r}") from None
+    if math.isnan(number):
+        raise ValidationError(f"{what} must be a number, got NaN")
+    return number
+
+
+def check_patch(patch: Mapping[str, Any]) -> dict[str, Any]:
+    """patch_reflexion's keyword arguments checked, as column name -> value.
+
+    ``context=None`` and ``adaptive_state=None`` mean "keep" (left out here);
+    ``updated_at_ms=None`` means now (filled in by the caller).
+    """
+    for key in patch:
+        if key in ("id", "created_at_ms"):
+            raise ValidationError(f"{key} cannot be patched")
+        if key not in PATCHABLE:
+            raise ValidationError(
+                f"patch_reflexion got an unknown field {key!r}; it takes {', '.join(PATCHABLE)}")
+    values: dict[str, Any] = {}
+    for key, value in patch.items():
+        if key in ("context", "adaptive_state"):
+            if value is not None:
+                values[_COLUMN_OF[key]] = json_object(value, key)
+        elif key == "type":
+            values[key] = require_enum(value, REFLEXION_TYPES, key)
+        elif key in ("error_pattern", "error_message", "solution"):
+            values[key] = require_text(value, key)
+        elif key == "solution_code":
+            values[key] = None if value is None else require_text(value, key)
+        elif key == "confidence":
+            confidence = _number(value, key)
+            if not math.isfinite(confidence):
+                raise ValidationError(f"confidence must be finite, got {value!r}")
+            values[key] = confidence
+        elif key != "updated_at_ms" or value is not None:
+            values[key] = require_int(value, key, minimum=_INT64[0], maximum=_INT64[1])
+    return values
+
+
 class ReflexionOps(Operations):
     """Error learning."""
 
@@ -256,3 +351,57 @@ class ReflexionOps(Operations):
                 delete(_entries).where(_entries.c.updated_at_ms < now - max_age_ms,
                                        _entries.c.confidence < min_confidence))
             return int(result.rowcount)
+
+    def list_reflexion(self, type: str | None = None, min_confidence: float | None = None,
+                       project_slug: str | None = None) -> list[ReflexionEntry]:
+        """Every entry, filtered, as 10.17.4's ``listReflexion``.
+
+        Ordered by confidence, then updated_at_ms, both descending, then id. ``type``:
+        that type only; ``min_confidence``: confidence at least this (inclusive);
+        ``project_slug``: ``adaptive_state["project_slug"]`` is exactly this string (as
+        JavaScript's ``===``: the number 1 does not match "1"). None or "" for type or
+        project_slug means no filter.
+
+        The project_slug filter is index-backed: revision 0005's expression index on the
+        JSON path ``project_slug`` of ``adaptive_state_json`` (SQLite: a B-tree on the
+        extracted string; PostgreSQL: a hash index on ``adaptive_state_json ->
+        'project_slug'``), so it stays fast on 100,000 entries.
+        """
+        params: dict[str, Any] = {}
+        if type is not None and type != "":
+            params["p_type"] = require_enum(type, REFLEXION_TYPES, "type")
+        if min_confidence is not None:
+            params["p_min"] = _number(min_confidence, "min_confidence")
+        if project_slug is not None and project_slug != "":
+            # checked as JSON on both dialects (U+0000 is refused on both)
+            encoded = dumps(require_text(project_slug, "project_slug"), "project_slug")
+            params["p_slug"] = project_slug
+        with self.unit_of_work(write=False) as uow:
+            if "p_slug" in params and uow.dialect == "postgresql":
+                params["p_slug"] = encoded  # compared as jsonb
+            statement = list_statement(uow.dialect, "p_type" in params, "p_min" in params,
+                                       "p_slug" in params)
+            return [ReflexionEntry.from_row(row) for row in statement.rows(uow, params)]
+
+    def patch_reflexion(self, id: str, **patch: Any) -> ReflexionEntry | None:
+        """Set the given fields of an entry, as 10.17.4's ``patchReflexion``; None if missing.
+
+        ``context=None`` and ``adaptive_state=None`` keep the current value;
+        ``updated_at_ms`` defaults to now. Counts and confidence are stored as given
+        (confidence is not recalculated). ``id`` and ``created_at_ms`` cannot be patched;
+        an unknown field, like any bad value, is a ValidationError, and nothing is written.
+        """
+        require_id(id, "id")
+        values = check_patch(patch)
+        if values.get("updated_at_ms") is None:
+            values["updated_at_ms"] = now_ms()
+        statement = patch_statement(tuple(sorted(values)))
+        with self.unit_of_work() as uow:
+            rows = statement.rows(uow, {**values, "p_id": id})
+            return ReflexionEntry.from_row(rows[0]) if rows else None
+
+    def delete_reflexion(self, id: str) -> bool:
+        """Delete an entry; True when there was one (10.17.4's ``deleteReflexion``)."""
+        require_id(id, "id")
+        with self.unit_of_work() as uow:
+            return _DELETE.run(uow, {"p_id": id}) > 0
