@@ -1,0 +1,142 @@
+"""Child processes of the waiting tests: ``python -m tests.waiting_child ROLE URL ARGS``.
+
+Each role opens its own store, does its part, and prints one JSON document on stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import resource
+import sys
+import time
+from typing import Any
+
+from hubstore import HubStore
+from hubstore.ids import now_ms
+
+
+def cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def assign_latency(store: HubStore, worker: str, count: str) -> dict[str, Any]:
+    """Wait for ``count`` jobs; each latency is claim time minus the payload's sent_ms."""
+    print(json.dumps({"ready": True}), flush=True)
+    latencies = []
+    for _ in range(int(count)):
+        job = store.wait_for_assign(worker, timeout_s=10)
+        assert job is not None, "no job within 10 s"
+        latencies.append(time.time() * 1000 - job.payload["sent_ms"])
+    return {"latencies_ms": latencies}
+
+
+def feed_latency(store: HubStore, agent: str, count: str) -> dict[str, Any]:
+    feed = store.message_feed(agent)
+    print(json.dumps({"ready": True}), flush=True)
+    latencies: list[float] = []
+    while len(latencies) < int(count):
+        batch = feed.next(timeout_s=10)
+        assert batch, "no message within 10 s"
+        latencies.extend(time.time() * 1000 - m.payload["sent_ms"] for m in batch)
+    return {"latencies_ms": latencies}
+
+
+def claimer(store: HubStore, worker: str, idle_s: str) -> dict[str, Any]:
+    """Claim until no job came for ``idle_s`` seconds."""
+    print(json.dumps({"ready": True}), flush=True)
+    claimed = []
+    while (job := store.wait_for_assign(worker, timeout_s=float(idle_s))) is not None:
+        claimed.append(job.job_id)
+    return {"claimed": claimed}
+
+
+class Rollback(Exception):
+    pass
+
+
+def producer(store: HubStore, name: str, consumer: str, transactions: str) -> dict[str, Any]:
+    """Write transactions of 1-3 messages, some for the consumer (direct or on its topic),
+    some for others; about one in five rolls back. Each transaction sleeps between its
+    writes, so that commits interleave and ids go out of commit order."""
+    rng = random.Random(name)
+    committed: list[list[str]] = []  # per committed transaction, the consumer's ids
+    print(json.dumps({"ready": True}), flush=True)
+    for i in range(int(transactions)):
+        mine: list[str] = []
+        roll_back = rng.random() < 0.2
+        try:
+            with store.unit_of_work() as uow:
+                for k in range(rng.randint(1, 3)):
+                    to, topic = rng.choice([(consumer, "x"), ("topic:followed", "followed"),
+                                            ("someone-else", "x"),
+                                            ("topic:unfollowed", "unfollowed"),
+                                            ("topic:followed", "other")])
+                    message = uow.audit_log("event", name, to, topic,
+                                            payload={"i": i, "k": k})
+                    if to == consumer or (to == "topic:followed" and topic == "followed"):
+                        mine.append(message.id)
+                    time.sleep(rng.random() * 0.01)
+                if roll_back:
+                    raise Rollback
+        except Rollback:
+            continue
+        if mine:
+            committed.append(mine)
+    return {"committed": committed}
+
+
+def resume(store: HubStore, agent: str, cursor: str) -> dict[str, Any]:
+    feed = store.message_feed(agent, cursor=cursor)
+    got: list[str] = []
+    while batch := feed.next(timeout_s=0.5):
+        got.extend(m.id for m in batch)
+    return {"ids": got, "cursor": feed.cursor}
+
+
+def idle(store: HubStore, what: str, seconds: str) -> dict[str, Any]:
+    """Wait ``seconds`` with nothing happening; report CPU time and table looks."""
+    looks = 0
+    original = store.unit_of_work
+
+    def counting(write: bool = True) -> Any:
+        nonlocal looks
+        looks += 1
+        return original(write)
+
+    store.unit_of_work = counting  # type: ignore[method-assign]
+    feed = store.message_feed("idle-agent")
+    looks = 0
+    start_cpu, start = cpu_s(), time.monotonic()
+    if what == "assign":
+        result: Any = store.wait_for_assign("idle-worker", timeout_s=float(seconds))
+    else:
+        result = feed.next(timeout_s=float(seconds))
+    wall = time.monotonic() - start
+    return {"cpu_s": cpu_s() - start_cpu, "wall_s": wall, "looks": looks,
+            "result": None if result is None else len(result)}
+
+
+def main() -> dict[str, Any]:
+        async with await AsyncHubStore.open(url) as store:
+            feed = await store.message_feed("idle-agent")
+            start_cpu, start = cpu_s(), time.monotonic()
+            waits = [store.wait_for_assign(f"idle-{i}", timeout_s=float(seconds))
+                     for i in range(20)]
+            await asyncio.gather(feed.next(timeout_s=float(seconds)), *waits)
+            return {"cpu_s": cpu_s() - start_cpu, "wall_s": time.monotonic() - start}
+
+    return asyncio.run(main())
+
+
+def main() -> None:
+    role, url, *args = sys.argv[1:]
+    with HubStore.open(url) as store:
+        result = globals()[role](store, *args)
+    result["now_ms"] = now_ms()
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()
