@@ -118,18 +118,6 @@ def idle(store: HubStore, what: str, seconds: str) -> dict[str, Any]:
             "result": None if result is None else len(result)}
 
 
-def main() -> dict[str, Any]:
-        async with await AsyncHubStore.open(url) as store:
-            feed = await store.message_feed("idle-agent")
-            start_cpu, start = cpu_s(), time.monotonic()
-            waits = [store.wait_for_assign(f"idle-{i}", timeout_s=float(seconds))
-                     for i in range(20)]
-            await asyncio.gather(feed.next(timeout_s=float(seconds)), *waits)
-            return {"cpu_s": cpu_s() - start_cpu, "wall_s": time.monotonic() - start}
-
-    return asyncio.run(main())
-
-
 def main() -> None:
     role, url, *args = sys.argv[1:]
     with HubStore.open(url) as store:
