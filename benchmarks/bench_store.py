@@ -1,24 +1,32 @@
-"""Throughput benchmark of the hubstore facade, comparable with the reference hub store.
+"""Throughput benchmark of the hubstore facade, beside the reference hub store.
 
 Every operation is one call on ``HubStore`` (so one unit of work of its own) or, for the
 reflexion workloads, one call of ``hubstore.reflexion.learn_from_error`` /
 ``lookup_solution``. Each workload runs OPS operations, timed with ``time.perf_counter``;
-the figure is OPS / elapsed seconds, the median of R repeats. Background rows (``--preload``)
-are loaded before any timing, in units of work of about 5,000 rows.
+the figure is OPS / elapsed seconds.
+
+Honest repeats: the background rows (``--preload``) are written once, before any timing,
+into a template database (and, with ``--reference``, into a reference template with the
+very same rows). Every repeat then runs on a fresh copy of the template (SQLite: a copy
+of the file; PostgreSQL: ``CREATE DATABASE ... TEMPLATE``) and does the same operations
+(i = 0 .. OPS-1), so repeats differ only by chance. The table gives min, median and max.
+
+With ``--reference HUB_DIR`` the same workloads run through the reference store
+(``HUB_DIR/store.mjs`` and ``reflexion.mjs``, under node, driven by
+``benchmarks/reference_driver.mjs``) on a copy of its own template, in the same run,
+repeat by repeat; ``../shared/reference/setup.sh DIR`` makes such a folder, and a
+triflux install has one under ``node_modules/triflux/hub``.
 
 Usage::
 
-    # all workloads, fresh SQLite file in a temp dir, 1000 ops, median of 3
+    # all workloads, fresh SQLite files in a temp dir, 1000 ops, 3 repeats
     python benchmarks/bench_store.py
 
-    # quick smoke test
-    python benchmarks/bench_store.py -n 300 --repeat 1
+    # side by side with the reference, 100,000 background messages
+    python benchmarks/bench_store.py --preload 100000 --reference /tmp/ref/hub
 
-    # with 100,000 background messages (the reference's second column)
-    python benchmarks/bench_store.py --preload 100000
-
-    # a few workloads only, machine-readable output
-    python benchmarks/bench_store.py --workloads poll_for_agent,sweep_and_stats --json-only
+    # quick smoke test, machine-readable output
+    python benchmarks/bench_store.py -n 300 --repeat 1 --json-only
 
     # PostgreSQL (the database must be empty, or pass --reset to wipe schema public)
     python benchmarks/bench_store.py --url postgresql+psycopg://postgres@127.0.0.1/bench --reset
@@ -26,8 +34,17 @@ Usage::
     # how the speed holds up as the tables grow (fresh database per scale)
     python benchmarks/bench_store.py --scaling --scales 10000,100000,1000000
 
-    # P processes competing for J queued jobs of one worker
+    # the whole hub: agents served in real time at 0, 100k and 1M history rows
+    python benchmarks/bench_store.py --hub --scales 0,100000,1000000 --reference /tmp/ref/hub
+
+    # one long whole-hub run: does the process's RSS stay flat?
+    python benchmarks/bench_store.py --hub --scales 0 --ops 1000000 --repeat 1
+
+    # P processes competing for J queued jobs of one worker, with statements per job
     python benchmarks/bench_store.py --claim --processes 4 --jobs 2000
+
+    # async throughput beside sync (when hubstore.aio is installed)
+    python benchmarks/bench_store.py --async
 
 Output: one JSON line on stdout, then (unless ``--json-only``) a readable table.
 Progress notes go to stderr (not with ``--json-only``).
@@ -36,23 +53,30 @@ Progress notes go to stderr (not with ``--json-only``).
 from __future__ import annotations
 
 import argparse
+import asyncio
+import importlib
 import json
 import multiprocessing as mp
+import os
 import shutil
 import sqlite3
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 import traceback
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import create_engine, inspect, make_url, text
+from sqlalchemy import create_engine, event, insert, inspect, make_url, text
+from sqlalchemy.engine import URL
 
 from hubstore import HubStore
+from hubstore.ids import now_ms, uuidv7
+from hubstore.models import Agent, AssignJob, Message, ReflexionEntry, table_of
 from hubstore.reflexion import learn_from_error, lookup_solution
 
 # --------------------------------------------------------------------------- constants
@@ -63,15 +87,20 @@ PRELOAD_UNIT_ROWS = 5_000
 # Per 10 background messages there are 2 more rows (a reflexion entry and an assign job).
 PRELOAD_UNIT_MESSAGES = PRELOAD_UNIT_ROWS * 10 // 12
 DEFAULT_SCALES = (10_000, 100_000, 1_000_000)
+HUB_SCALES = (0, 100_000, 1_000_000)
 SCALING_WORKLOADS = ("poll_for_agent", "sweep_and_stats", "reflexion_learn")
 CLAIM_WORKER = "w"
 CLAIM_TIMEOUT_S = 600
+COUNTED_JOBS = 200
+NODE_TIMEOUT_S = 3_600
+DRIVER = Path(__file__).resolve().with_name("reference_driver.mjs")
 # The reference's issue: "Python's own sqlite3 does an UPDATE in one transaction at over
 # 40,000/s here". Measured again on every run, it shows how fast this machine is.
 YARDSTICK_REFERENCE = 40_000
 
-# Reference store (triflux hub/store.mjs, better-sqlite3), ops/s, median of 3, 1000 ops,
-# with 0 and with 100,000 background rows.
+# Published reference figures (triflux hub/store.mjs, better-sqlite3, on another machine),
+# ops/s, median of 3, 1000 ops, with 0 and with 100,000 background rows. Shown only when
+# the reference is not run side by side (--reference), and labelled as such.
 REFERENCE_PRELOADS = (0, 100_000)
 REFERENCE: dict[str, tuple[float, float]] = {
     "register_agent": (7_200, 26_400),
@@ -86,6 +115,7 @@ REFERENCE: dict[str, tuple[float, float]] = {
 
 Store = Any  # a HubStore or one of its units of work (duck-typed facade)
 Op = Callable[[Store, int], None]
+Log = Callable[[str], None]
 
 
 # --------------------------------------------------------------------------- workloads
@@ -191,64 +221,190 @@ def plan_workloads(selected: Iterable[str]) -> list[str]:
     return [name for name in WORKLOADS if name in needed]
 
 
+# --- the same workloads through hubstore.aio.AsyncHubStore (when it is installed)
+
+AsyncOp = Callable[[Any, int], Awaitable[None]]
+
+
+async def aop_register_agent(store: Any, i: int) -> None:
+    await store.register_agent(_agent(i), "codex", topics=_topics(i))
+
+
+async def aop_heartbeat(store: Any, i: int) -> None:
+    await store.refresh_lease(_agent(i))
+
+
+async def aop_audit_log(store: Any, i: int) -> None:
+    if i % 3 == 0:
+        to_agent, topic = "topic:t.a", "t.a"
+    else:
+        to_agent, topic = _agent(i + 1), f"t.{i % 7}"
+    await store.audit_log(type="event", from_agent=_agent(i), to_agent=to_agent, topic=topic,
+                          payload={"i": i, "text": "benchmark message"})
+
+
+async def aop_poll_for_agent(store: Any, i: int) -> None:
+    await store.poll_for_agent(_agent(i))
+
+
+async def aop_assign_lifecycle(store: Any, i: int) -> None:
+    job = await store.create_assign(supervisor_agent="lead", worker_agent=_agent(i),
+                                    task=f"t{i}")
+    await store.update_assign_status(job.job_id, "running")
+    await store.update_assign_status(job.job_id, "succeeded", result={"ok": True})
+
+
+async def aop_sweep_and_stats(store: Any, i: int) -> None:
+    await store.get_hub_stats()
+    await store.get_audit_stats()
+
+
+# The reflexion workloads call module functions that take a sync store: left out.
+ASYNC_WORKLOADS: dict[str, AsyncOp] = {
+    "register_agent": aop_register_agent,
+    "heartbeat": aop_heartbeat,
+    "audit_log": aop_audit_log,
+    "poll_for_agent": aop_poll_for_agent,
+    "assign_lifecycle": aop_assign_lifecycle,
+    "sweep_and_stats": aop_sweep_and_stats,
+}
+
+
 # --------------------------------------------------------------------------- background rows
+#
+# Written straight into the tables, in the shapes the stores' own calls write (the
+# reference's createStore/auditLog/addReflexion/createAssign, hubstore's audit_log,
+# add_reflexion, create_assign): hubstore's side through SQLAlchemy Core executemany (its
+# triggers and indexes keep every derived structure, as for any writer), the reference's
+# side through sqlite3 executemany. Both get the same rows, chunk by chunk.
+
+Row = dict[str, Any]
+BACKGROUND_TABLES = {
+    "agents": table_of(Agent),
+    "messages": table_of(Message),
+    "reflexion_entries": table_of(ReflexionEntry),
+    "assign_jobs": table_of(AssignJob),
+}
+JSON_COLUMNS = {
+    "agents": ("capabilities_json", "topics_json", "metadata_json"),
+    "messages": ("payload_json",),
+    "reflexion_entries": ("context_json",),
+    "assign_jobs": ("payload_json", "result_json", "error_json"),
+}
 
 
-def _background_message(uow: Store, j: int) -> None:
+def _old_agent_rows(now: int) -> list[Row]:
+    return [
+        {"agent_id": f"old-{k}", "cli": "gemini", "pid": None, "capabilities_json": [],
+         "topics_json": ["t.old"], "last_seen_ms": now, "lease_expires_ms": now + 30_000,
+         "status": "offline", "metadata_json": {}}
+        for k in range(OLD_AGENT_COUNT)
+    ]
+
+
+def _background_message(j: int, now: int) -> Row:
     to_agent = "topic:t.old" if j % 3 == 0 else f"old-{(j + 1) % OLD_AGENT_COUNT}"
-    uow.audit_log(
-        type="event",
-        from_agent=f"old-{j % OLD_AGENT_COUNT}",
-        to_agent=to_agent,
-        topic="t.old",
-        payload={"j": j, "text": "background message"},
-    )
+    return {
+        "id": uuidv7(), "type": "event", "from_agent": f"old-{j % OLD_AGENT_COUNT}",
+        "to_agent": to_agent, "topic": "t.old", "priority": 5, "ttl_ms": 300_000,
+        "created_at_ms": now, "expires_at_ms": now + 300_000, "correlation_id": uuidv7(),
+        "trace_id": uuidv7(), "payload_json": {"j": j, "text": "background message"},
+        "status": "queued",
+    }
 
 
-def _background_reflexion(uow: Store, j: int) -> None:
+def _background_reflexion(j: int, now: int) -> Row:
     line = j % 900 + 1
-    uow.add_reflexion(
-        error_pattern=f"referenceerror: y{j} is not defined at <file>:<line>",
-        error_message=f"ReferenceError: y{j} is not defined at /srv/app/m{j % 50}.js:{line}:5",
-        solution="declare it",
-        context={"cli": "gemini"},
-    )
+    return {
+        "id": uuidv7(), "error_pattern": f"referenceerror: y{j} is not defined at <file>:<line>",
+        "error_message": f"ReferenceError: y{j} is not defined at /srv/app/m{j % 50}.js:{line}:5",
+        "context_json": {"cli": "gemini"}, "solution": "declare it", "solution_code": None,
+        "confidence": 0.5, "hit_count": 1, "success_count": 0, "last_hit_ms": now,
+        "created_at_ms": now, "updated_at_ms": now,
+    }
 
 
-def _background_assign(uow: Store, j: int) -> None:
-    uow.create_assign(
-        supervisor_agent="old-lead",
-        worker_agent=f"old-{j % OLD_AGENT_COUNT}",
-        task=f"old{j}",
-        status="succeeded",
-        result={"ok": True},
-    )
+def _background_assign(j: int, now: int) -> Row:
+    return {
+        "job_id": uuidv7(), "supervisor_agent": "old-lead",
+        "worker_agent": f"old-{j % OLD_AGENT_COUNT}", "topic": "assign.job", "task": f"old{j}",
+        "payload_json": {}, "status": "succeeded", "attempt": 1, "retry_count": 0,
+        "max_retries": 0, "priority": 5, "ttl_ms": 600_000, "timeout_ms": 600_000,
+        "deadline_ms": now + 600_000, "trace_id": uuidv7(), "correlation_id": uuidv7(),
+        "last_message_id": None, "result_json": {"ok": True}, "error_json": None,
+        "created_at_ms": now, "updated_at_ms": now, "started_at_ms": None,
+        "completed_at_ms": now, "last_retry_at_ms": None,
+    }
 
 
-def _register_old_agents(store: HubStore) -> None:
-    with store.unit_of_work() as uow:
-        for k in range(OLD_AGENT_COUNT):
-            uow.register_agent(f"old-{k}", "gemini", topics=["t.old"])
-    with store.unit_of_work() as uow:
-        for k in range(OLD_AGENT_COUNT):
-            uow.update_agent_status(f"old-{k}", "offline")
+def background_chunks(count: int) -> Iterator[list[tuple[str, list[Row]]]]:
+    """The background rows, a unit of about PRELOAD_UNIT_ROWS rows at a time."""
+    if count <= 0:
+        return
+    yield [("agents", _old_agent_rows(now_ms()))]
+    for first in range(0, count, PRELOAD_UNIT_MESSAGES):
+        now = now_ms()
+        messages, entries, jobs = [], [], []
+        for j in range(first, min(count, first + PRELOAD_UNIT_MESSAGES)):
+            messages.append(_background_message(j, now))
+            if j % 10 == 0:
+                entries.append(_background_reflexion(j, now))
+                jobs.append(_background_assign(j, now))
+        yield [("messages", messages), ("reflexion_entries", entries), ("assign_jobs", jobs)]
 
 
-def preload(store: HubStore, count: int, log: Callable[[str], None]) -> float:
-    """Load `count` background messages (and their companions); return the seconds taken."""
+def _json_text(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, separators=(",", ":"))
+
+
+class ReferenceWriter:
+    """Writes background rows into a reference database file with sqlite3."""
+
+    def __init__(self, path: Path) -> None:
+        self.db = sqlite3.connect(path, isolation_level=None)
+
+    def write(self, table: str, rows: list[Row]) -> None:
+        if not rows:
+            return
+        names = list(rows[0])
+        sql = (f"INSERT INTO {table} ({', '.join(names)}) "  # names are ours, not input
+               f"VALUES ({', '.join('?' for _ in names)})")
+        encoded = JSON_COLUMNS[table]
+        self.db.executemany(sql, [
+            tuple(_json_text(row[n]) if n in encoded else row[n] for n in names) for row in rows
+        ])
+
+    def close(self) -> None:
+        self.db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        self.db.close()
+
+
+def preload(store: HubStore, count: int, log: Log, reference: Path | None = None) -> float:
+    """Write `count` background messages (and their companions) into the store, and the
+    same rows into the reference file when one is given; return the seconds taken."""
     if count <= 0:
         return 0.0
     started = time.perf_counter()
-    _register_old_agents(store)
-    for first in range(0, count, PRELOAD_UNIT_MESSAGES):
-        last = min(count, first + PRELOAD_UNIT_MESSAGES)
-        with store.unit_of_work() as uow:
-            for j in range(first, last):
-                _background_message(uow, j)
-                if j % 10 == 0:
-                    _background_reflexion(uow, j)
-                    _background_assign(uow, j)
-        log(f"  preload {last:,}/{count:,} messages ({time.perf_counter() - started:.1f} s)")
+    writer = ReferenceWriter(reference) if reference is not None else None
+    done = 0
+    try:
+        for chunk in background_chunks(count):
+            with store.unit_of_work() as uow:
+                for table, rows in chunk:
+                    if rows:
+                        uow.connection.execute(insert(BACKGROUND_TABLES[table]), rows)
+            if writer is not None:
+                writer.db.execute("BEGIN IMMEDIATE")
+                for table, rows in chunk:
+                    writer.write(table, rows)
+                writer.db.execute("COMMIT")
+            done += sum(len(rows) for table, rows in chunk if table == "messages")
+            if done and done % (PRELOAD_UNIT_MESSAGES * 24) < PRELOAD_UNIT_MESSAGES:
+                elapsed = time.perf_counter() - started
+                log(f"  preload {done:,}/{count:,} messages ({elapsed:.1f} s)")
+    finally:
+        if writer is not None:
+            writer.close()
     _settle(store)
     return time.perf_counter() - started
 
@@ -265,8 +421,10 @@ def _settle(store: HubStore) -> None:
         return
     # PostgreSQL: a figures call folds the load's counter deltas into hub_counters (and
     # vacuums them); VACUUM ANALYZE then gives the planner the loaded tables' statistics,
-    # as autovacuum would within a minute or so.
-    store.get_hub_stats()
+    # as autovacuum would within a minute or so. (In a writing unit of work: the fold
+    # writes.)
+    with store.unit_of_work() as uow:
+        uow.get_hub_stats()
     with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.exec_driver_sql("VACUUM ANALYZE")
 
@@ -338,17 +496,21 @@ class Target:
     _owned: bool = field(default=False, init=False)  # once emptied, the data in it is ours
     _count: int = field(default=0, init=False)
     _last_temp: Path | None = field(default=None, init=False, repr=False)
+    #: The URL fresh() gave last (the template of the current measurement).
+    last_url: str = field(default="", init=False)
 
     def fresh(self) -> str:
         """The URL of an empty database (a new file, or the user's database emptied)."""
         self._count += 1
         if self.url is None:
-            return self._fresh_temp_sqlite()
+            self.last_url = self._fresh_temp_sqlite()
+            return self.last_url
         if _is_sqlite(self.url):
             self._empty_sqlite(self.url)
         else:
             self._empty_pg(self.url)
         self._owned = True
+        self.last_url = self.url
         return self.url
 
     def _fresh_temp_sqlite(self) -> str:
@@ -385,6 +547,18 @@ class Target:
             )
         _pg_reset(url)
 
+    def workdir(self) -> Path:
+        """This run's temp dir (made on first use, removed by cleanup)."""
+        if self._tmpdir is None:
+            self._tmpdir = Path(tempfile.mkdtemp(prefix="hubstore-bench-"))
+        return self._tmpdir
+
+    def scratch(self, name: str) -> Path:
+        """A fresh file path in this run's temp dir (the reference's files live there)."""
+        path = self.workdir() / name
+        _remove_sqlite_files(path)
+        return path
+
     def cleanup(self) -> None:
         if self._tmpdir is not None and not self.keep:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
@@ -394,33 +568,79 @@ def display_url(url: str) -> str:
     return make_url(url).render_as_string(hide_password=True)
 
 
+
+# --- fresh copies of a template, one per repeat
+
+
+def _copy_sqlite_file(source: Path, dest: Path) -> None:
+    _remove_sqlite_files(dest)
+    shutil.copyfile(source, dest)
+    wal = Path(f"{source}-wal")
+    if wal.exists() and wal.stat().st_size:
+        shutil.copyfile(wal, Path(f"{dest}-wal"))
+
+
+def _pg_admin(url: URL) -> Any:
+    return create_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT")
+
+
+def copy_database(template_url: str, k: int) -> str:
+    """A fresh copy of the template database for repeat `k`: its URL."""
+    url = make_url(template_url)
+    if url.get_backend_name() == "sqlite":
+        path = _sqlite_path(template_url)
+        assert path is not None, "templates are files"
+        dest = path.with_name(f"{path.name}.r{k}")
+        _copy_sqlite_file(path, dest)
+        return url.set(database=str(dest)).render_as_string(hide_password=False)
+    name = f"{url.database}_r{k}"
+    admin = _pg_admin(url)
+    try:
+        quote = admin.dialect.identifier_preparer.quote
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {quote(name)}")
+            conn.exec_driver_sql(f"CREATE DATABASE {quote(name)} TEMPLATE {quote(url.database)}")
+    finally:
+        admin.dispose()
+    return url.set(database=name).render_as_string(hide_password=False)
+
+
+def drop_copy(copy_url: str, keep: bool = False) -> None:
+    """Remove a copy made by copy_database."""
+    url = make_url(copy_url)
+    if url.get_backend_name() == "sqlite":
+        path = _sqlite_path(copy_url)
+        if path is not None and not keep:
+            _remove_sqlite_files(path)
+            Path(f"{path}.lock").unlink(missing_ok=True)
+        return
+    if keep:
+        return
+    admin = _pg_admin(url)
+    try:
+        with admin.connect() as conn:
+            name = admin.dialect.identifier_preparer.quote(url.database)
+            conn.exec_driver_sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    finally:
+        admin.dispose()
+
+
 # --------------------------------------------------------------------------- timing
 
 
-def time_workload(store: HubStore, op: Op, first_i: int, ops: int) -> float:
-    """Run `ops` operations with i = first_i .. first_i + ops - 1; return ops/s."""
+def time_workload(store: HubStore, op: Op, ops: int) -> float:
+    """Run `ops` operations with i = 0 .. ops - 1; return ops/s."""
     started = time.perf_counter()
-    for i in range(first_i, first_i + ops):
+    for i in range(ops):
         op(store, i)
     elapsed = time.perf_counter() - started
     return ops / elapsed if elapsed > 0 else float("inf")
 
 
-def run_repeats(
-    store: HubStore,
-    workloads: Sequence[str],
-    ops: int,
-    repeats: int,
-    log: Callable[[str], None],
-) -> dict[str, list[float]]:
-    """Run every workload `repeats` times on the same store; the ops/s of each run."""
-    runs: dict[str, list[float]] = {name: [] for name in workloads}
-    for repeat in range(repeats):
-        for name in workloads:
-            rate = time_workload(store, WORKLOADS[name], repeat * ops, ops)
-            runs[name].append(rate)
-            log(f"  run {repeat + 1}/{repeats} {name:<22} {rate:>12,.1f} ops/s")
-    return runs
+def run_plan(url: str, plan: Sequence[str], ops: int) -> dict[str, float]:
+    """Every workload of the plan, in order, on the store at `url`: ops/s of each."""
+    with HubStore.open(url) as store:
+        return {name: time_workload(store, WORKLOADS[name], ops) for name in plan}
 
 
 def machine_yardstick(ops: int = 5_000, repeats: int = 3) -> float:
@@ -460,24 +680,301 @@ def yardstick_line(rate: float) -> str:
     )
 
 
-def medians(runs: dict[str, list[float]], report: Iterable[str]) -> dict[str, float]:
-    return {name: round(statistics.median(runs[name]), 1) for name in report}
+# --------------------------------------------------------------------------- the reference
 
 
-def bench_database(
-    url: str,
-    preload_rows: int,
-    workloads: Sequence[str],
-    ops: int,
-    repeats: int,
-    log: Callable[[str], None],
-) -> tuple[dict[str, float], float]:
-    """Open a fresh store at `url`, preload it, time the workloads: (medians, preload s)."""
-    plan = plan_workloads(workloads)
+class ReferenceFailed(RuntimeError):
+    """The node driver of the reference store failed or could not start."""
+
+
+@dataclass(frozen=True)
+class Reference:
+    """A reference hub folder (store.mjs, reflexion.mjs) run by reference_driver.mjs."""
+
+    hub_dir: Path
+    node: str = "node"
+
+    @classmethod
+    def check(cls, hub_dir: str) -> Reference:
+        """The folder, if node and both modules are there; else ReferenceFailed saying why."""
+        path = Path(hub_dir).expanduser().resolve()
+        missing = [name for name in ("store.mjs", "reflexion.mjs") if not (path / name).is_file()]
+        if missing:
+            raise ReferenceFailed(f"{path} has no {' or '.join(missing)} (expected a triflux "
+                                  "hub/ folder, e.g. from ../shared/reference/setup.sh DIR)")
+        node = shutil.which("node")
+        if node is None:
+            raise ReferenceFailed("node is not on PATH (the reference store runs under node)")
+        return cls(path, node)
+
+    def run(self, spec: dict[str, Any]) -> dict[str, Any]:
+        done = subprocess.run(
+            [self.node, str(DRIVER)], input=json.dumps({**spec, "hub_dir": str(self.hub_dir)}),
+            capture_output=True, text=True, timeout=NODE_TIMEOUT_S, check=False,
+        )
+        if done.returncode != 0:
+            raise ReferenceFailed(f"reference driver failed ({done.returncode}): {done.stderr}")
+        result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        return result
+
+    def init(self, path: Path) -> None:
+        """Create an empty reference database at `path`, the reference's own way."""
+        self.run({"mode": "init", "db": str(path)})
+
+
+def reference_copy(template: Path, k: int) -> Path:
+    dest = template.with_name(f"{template.name}.r{k}")
+    _copy_sqlite_file(template, dest)
+    return dest
+
+
+# --------------------------------------------------------------------------- async
+
+
+def load_async_store() -> tuple[Any, str | None]:
+    """hubstore.aio.AsyncHubStore, or None and why not."""
+    try:
+        module = importlib.import_module("hubstore.aio")
+    except ImportError as exc:
+        return None, f"async skipped: hubstore.aio is not importable ({exc})"
+    store_class = getattr(module, "AsyncHubStore", None)
+    if store_class is None:
+        return None, "async skipped: hubstore.aio has no AsyncHubStore"
+    return store_class, None
+
+
+async def _async_plan(store_class: Any, url: str, plan: Sequence[str],
+                      ops: int) -> dict[str, float]:
+    rates: dict[str, float] = {}
+    async with await store_class.open(url) as store:
+        for name in plan:
+            op = ASYNC_WORKLOADS.get(name)
+            if op is None:
+                continue
+            started = time.perf_counter()
+            for i in range(ops):
+                await op(store, i)
+            elapsed = time.perf_counter() - started
+            rates[name] = ops / elapsed if elapsed > 0 else float("inf")
+    return rates
+
+
+def run_async_plan(store_class: Any, url: str, plan: Sequence[str], ops: int) -> dict[str, float]:
+    return asyncio.run(_async_plan(store_class, url, plan, ops))
+
+
+# --------------------------------------------------------------------------- measuring
+
+
+@dataclass
+class Measured:
+    """Every repeat's ops/s per workload, for hubstore and (when run) the others."""
+
+    runs: dict[str, list[float]]
+    reference_runs: dict[str, list[float]] | None = None
+    async_runs: dict[str, list[float]] | None = None
+    async_note: str | None = None
+    preload_s: float = 0.0
+    reference_template: Path | None = None
+
+
+def prepare(target: Target, rows: int, reference: Reference | None,
+            log: Log) -> tuple[str, Path | None, float]:
+    """A hubstore template (migrated, preloaded) and, with a reference, its template with
+    the same rows: (hubstore URL, reference file, preload seconds)."""
+    url = target.fresh()
+    ref_path = None
+    if reference is not None:
+        ref_path = target.scratch(f"reference-{rows}.db")
+        reference.init(ref_path)
+    log(f"database: {display_url(url)}" + (f"; reference: {ref_path}" if ref_path else ""))
     with HubStore.open(url, auto_migrate=True) as store:
-        preload_s = preload(store, preload_rows, log)
-        runs = run_repeats(store, plan, ops, repeats, log)
-    return medians(runs, [name for name in WORKLOADS if name in workloads]), preload_s
+        preload_s = preload(store, rows, log, ref_path)
+    return url, ref_path, preload_s
+
+
+def _append(into: dict[str, list[float]], rates: dict[str, float]) -> None:
+    for name, rate in rates.items():
+        into.setdefault(name, []).append(rate)
+
+
+def bench_database(target: Target, preload_rows: int, workloads: Sequence[str], ops: int,
+                   repeats: int, log: Log, reference: Reference | None = None,
+                   with_async: bool = False) -> Measured:
+    """Preload templates, then per repeat time the workloads on fresh copies."""
+    plan = plan_workloads(workloads)
+    url, ref_path, preload_s = prepare(target, preload_rows, reference, log)
+    measured = Measured(runs={}, preload_s=preload_s, reference_template=ref_path)
+    store_class = None
+    if with_async:
+        store_class, measured.async_note = load_async_store()
+        if measured.async_note:
+            log(f"  {measured.async_note}")
+    for k in range(1, repeats + 1):
+        copy = copy_database(url, k)
+        try:
+            rates = run_plan(copy, plan, ops)
+        finally:
+            drop_copy(copy, target.keep)
+        _append(measured.runs, rates)
+        for name, rate in rates.items():
+            log(f"  run {k}/{repeats} hubstore  {name:<22} {rate:>12,.1f} ops/s")
+        if reference is not None and ref_path is not None:
+            ref_copy = reference_copy(ref_path, k)
+            try:
+                out = reference.run({"mode": "workloads", "db": str(ref_copy),
+                                     "workloads": plan, "n": ops})
+            finally:
+                if not target.keep:
+                    _remove_sqlite_files(ref_copy)
+            measured.reference_runs = measured.reference_runs or {}
+            _append(measured.reference_runs, out["rates"])
+            for name, rate in out["rates"].items():
+                log(f"  run {k}/{repeats} reference {name:<22} {rate:>12,.1f} ops/s")
+        if store_class is not None:
+            copy = copy_database(url, k)
+            try:
+                arates = run_async_plan(store_class, copy, plan, ops)
+            finally:
+                drop_copy(copy, target.keep)
+            measured.async_runs = measured.async_runs or {}
+            _append(measured.async_runs, arates)
+    reported = [name for name in WORKLOADS if name in workloads]
+    measured.runs = {name: measured.runs[name] for name in reported}
+    if measured.reference_runs is not None:
+        measured.reference_runs = {name: measured.reference_runs[name] for name in reported}
+    if measured.async_runs is not None:
+        measured.async_runs = {name: measured.async_runs[name] for name in reported
+                               if name in measured.async_runs}
+    return measured
+
+
+def spread(values: Sequence[float]) -> dict[str, float]:
+    return {"min": round(min(values), 1), "median": round(statistics.median(values), 1),
+            "max": round(max(values), 1)}
+
+
+def medians(runs: dict[str, list[float]]) -> dict[str, float]:
+    return {name: round(statistics.median(values), 1) for name, values in runs.items()}
+
+
+# --------------------------------------------------------------------------- the whole hub
+#
+# A simulated hub of N agents (reference_driver.mjs hubSecond runs the same mix). Per
+# simulated second t, agent a with phase p = t + a heartbeats when p % 10 == 0, polls
+# when p is even and writes an audit message when p is odd (0.5 a second each), runs an
+# assign lifecycle (create, running, succeeded) when p % 50 == 0, learns from an error
+# when p % 100 == 0 and looks one up when p % 100 == 50. The hub reads its figures once a
+# second and sweeps stale agents every 5 seconds. With N a multiple of 100, every
+# simulated second holds the same mix, so any whole number of them is a fair sample.
+
+
+@dataclass
+class HubCounters:
+    messages: int = 0
+    errors: int = 0
+    lookups: int = 0
+
+
+def _hub_agent(a: int) -> str:
+    return f"hub-{a}"
+
+
+def hub_second(store: HubStore, t: int, agents: int, counters: HubCounters) -> int:
+    """One simulated second of the whole hub; the number of store calls made."""
+    ops = 0
+    for a in range(agents):
+        p = t + a
+        name = _hub_agent(a)
+        if p % 10 == 0:
+            store.refresh_lease(name)
+            ops += 1
+        if p % 2 == 0:
+            store.poll_for_agent(name)
+        else:
+            k = counters.messages
+            counters.messages += 1
+            to_topic = k % 3 == 0
+            store.audit_log(
+                type="event", from_agent=name,
+                to_agent="topic:t.a" if to_topic else _hub_agent((a + 1) % agents),
+                topic="t.a" if to_topic else f"t.{a % 7}", payload={"i": k, "text": "hub message"},
+            )
+        ops += 1
+        if p % 50 == 0:
+            job = store.create_assign(supervisor_agent="hub-lead", worker_agent=name,
+                                      task=f"h{t}-{a}")
+            store.update_assign_status(job.job_id, "running")
+            store.update_assign_status(job.job_id, "succeeded", result={"ok": True})
+            ops += 3
+        if p % 100 == 0:
+            op_reflexion_learn(store, counters.errors)
+            counters.errors += 1
+            ops += 1
+        if p % 100 == 50:
+            op_reflexion_lookup_ctx(store, counters.lookups)
+            counters.lookups += 1
+            ops += 1
+    store.get_hub_stats()
+    store.get_audit_stats()
+    ops += 2
+    if t % 5 == 0:
+        store.sweep_stale_agents()
+        ops += 1
+    return ops
+
+
+def rss_bytes() -> int:
+    """This process's resident set size now."""
+    try:
+        with open("/proc/self/statm") as statm:
+            return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:  # no /proc: the peak is the best there is
+        import resource
+
+        return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def run_hub(url: str, agents: int, seconds: int, budget_s: float,
+            ops_target: int | None) -> dict[str, Any]:
+    """The whole hub on the store at `url`, as fast as it goes.
+
+    Runs whole simulated seconds until `seconds` of them or `budget_s` wall seconds are
+    done, or, with `ops_target`, until that many store calls (RSS is sampled after the
+    first tenth of them, the warm-up, and at the end).
+    """
+    with HubStore.open(url) as store:
+        for a in range(agents):
+            store.register_agent(_hub_agent(a), "codex", topics=_topics(a))
+        counters = HubCounters()
+        ops = t = 0
+        warm_rss: int | None = None
+        peak = 0
+        started = time.perf_counter()
+        while True:
+            ops += hub_second(store, t, agents, counters)
+            t += 1
+            if ops_target is not None:
+                if warm_rss is None and ops >= ops_target // 10:
+                    warm_rss = rss_bytes()
+                if warm_rss is not None and t % 100 == 0:
+                    peak = max(peak, rss_bytes())
+                if ops >= ops_target:
+                    break
+            elif t >= seconds or time.perf_counter() - started >= budget_s:
+                break
+        wall = time.perf_counter() - started
+        end_rss = rss_bytes()
+    result: dict[str, Any] = {
+        "sim_seconds": t, "agents": agents, "ops": ops, "wall_seconds": round(wall, 3),
+        "agent_seconds_per_s": round(agents * t / wall, 1), "rss_bytes": end_rss,
+    }
+    if warm_rss is not None:
+        result["rss_after_warmup_bytes"] = warm_rss
+        result["rss_peak_bytes"] = max(peak, end_rss)
+        result["rss_growth"] = round(end_rss / warm_rss - 1, 4)
+        result["rss_flat"] = abs(end_rss / warm_rss - 1) <= 0.10
+    return result
 
 
 # --------------------------------------------------------------------------- output
@@ -499,6 +996,10 @@ def _rate(value: float) -> str:
     return f"{value:,.1f}"
 
 
+def _ratio(value: float) -> str:
+    return f"{value:.2f}x" if value < 10 else f"{value:,.0f}x"
+
+
 def reference_for(preload_rows: int) -> dict[str, float] | None:
     if preload_rows not in REFERENCE_PRELOADS:
         return None
@@ -506,14 +1007,34 @@ def reference_for(preload_rows: int) -> dict[str, float] | None:
     return {name: figures[column] for name, figures in REFERENCE.items()}
 
 
-def results_table(results: dict[str, float], reference: dict[str, float] | None) -> str:
-    if reference is None:
-        return format_table(["workload", "ops/s"], [[n, _rate(r)] for n, r in results.items()])
-    rows = [
-        [name, _rate(rate), f"{reference[name]:,.0f}", f"{rate / reference[name]:.2f}x"]
-        for name, rate in results.items()
-    ]
-    return format_table(["workload", "ops/s", "reference", "ratio"], rows)
+def _spread_cells(values: Sequence[float]) -> list[str]:
+    s = spread(values)
+    return [_rate(s["min"]), _rate(s["median"]), _rate(s["max"])]
+
+
+def results_table(measured: Measured, published: dict[str, float] | None) -> str:
+    header = ["workload", "hubstore min", "median", "max"]
+    ref = measured.reference_runs
+    if ref is not None:
+        header += ["reference min", "median", "max", "ratio"]
+    elif published is not None:
+        header += ["published reference (other machine)", "ratio"]
+    if measured.async_runs:
+        header += ["async median", "async/sync"]
+    rows = []
+    for name, values in measured.runs.items():
+        median = statistics.median(values)
+        row = [name, *_spread_cells(values)]
+        if ref is not None:
+            row += [*_spread_cells(ref[name]), _ratio(median / statistics.median(ref[name]))]
+        elif published is not None:
+            row += [f"{published[name]:,.0f}", _ratio(median / published[name])]
+        if measured.async_runs:
+            avalues = measured.async_runs.get(name)
+            row += ([_rate(statistics.median(avalues)),
+                     f"{statistics.median(avalues) / median:.2f}x"] if avalues else ["-", "-"])
+        rows.append(row)
+    return format_table(header, rows)
 
 
 def scaling_table(
@@ -542,36 +1063,58 @@ def emit(payload: dict[str, Any], table: str, json_only: bool) -> None:
 # --------------------------------------------------------------------------- modes
 
 
-def run_standard(args: argparse.Namespace, target: Target, log: Callable[[str], None]) -> None:
-    url = target.fresh()
-    log(f"database: {display_url(url)}")
-    results, preload_s = bench_database(url, args.preload, args.workloads, args.n, args.repeat, log)
-    reference = reference_for(args.preload)
+def run_standard(args: argparse.Namespace, target: Target, log: Log) -> None:
+    measured = bench_database(target, args.preload, args.workloads, args.n, args.repeat, log,
+                              args.reference, args.async_)
     yardstick = machine_yardstick()
+    results = medians(measured.runs)
     payload: dict[str, Any] = {
-        "url": display_url(url),
+        "url": display_url(target.last_url),
         "preload": args.preload,
         "n": args.n,
         "repeat": args.repeat,
+        "repeats": "fresh copy of the preloaded template per repeat, same operations",
         "results": results,
-        "preload_seconds": round(preload_s, 2),
+        "spread": {name: spread(values) for name, values in measured.runs.items()},
+        "preload_seconds": round(measured.preload_s, 2),
         "yardstick_ops_per_s": yardstick,
     }
-    if reference is not None:
-        payload["reference"] = {name: reference[name] for name in results}
-    table = results_table(results, reference)
-    title = f"hubstore, {args.n} ops, median of {args.repeat}, {args.preload:,} background rows"
-    emit(payload, f"{title}\n{table}\n\n{yardstick_line(yardstick)}", args.json_only)
+    published = None
+    if measured.reference_runs is not None:
+        reference = medians(measured.reference_runs)
+        payload["reference"] = reference
+        payload["reference_source"] = "measured"
+        payload["reference_dir"] = str(args.reference.hub_dir)
+        payload["reference_template"] = str(measured.reference_template)
+        payload["reference_spread"] = {
+            name: spread(values) for name, values in measured.reference_runs.items()}
+        payload["ratio"] = {name: float(f"{results[name] / reference[name]:.4g}")
+                            for name in results}
+    else:
+        published = reference_for(args.preload)
+        if published is not None:
+            payload["reference"] = {name: published[name] for name in results}
+            payload["reference_source"] = "published"
+    if measured.async_runs is not None:
+        payload["async"] = medians(measured.async_runs)
+        payload["async_spread"] = {
+            name: spread(values) for name, values in measured.async_runs.items()}
+    if measured.async_note:
+        payload["async_note"] = measured.async_note
+    table = results_table(measured, published)
+    title = (f"ops/s, {args.n} ops, {args.repeat} repeats (min/median/max), "
+             f"{args.preload:,} background rows")
+    notes = [measured.async_note] if measured.async_note else []
+    emit(payload, "\n".join([title, table, "", yardstick_line(yardstick), *notes]),
+         args.json_only)
 
 
-def run_scaling(args: argparse.Namespace, target: Target, log: Callable[[str], None]) -> None:
+def run_scaling(args: argparse.Namespace, target: Target, log: Log) -> None:
     by_scale: dict[str, dict[str, float]] = {}
-    url = ""
     for scale in args.scales:
-        url = target.fresh()
-        log(f"scale {scale:,}: database {display_url(url)}")
-        results, _ = bench_database(url, scale, args.workloads, args.n, args.repeat, log)
-        by_scale[str(scale)] = results
+        log(f"scale {scale:,}")
+        measured = bench_database(target, scale, args.workloads, args.n, args.repeat, log)
+        by_scale[str(scale)] = medians(measured.runs)
     names = list(by_scale[str(args.scales[0])])
     kept = {
         name: round(kept_fraction([by_scale[str(s)][name] for s in args.scales]), 4)
@@ -579,7 +1122,7 @@ def run_scaling(args: argparse.Namespace, target: Target, log: Callable[[str], N
     }
     payload = {
         "mode": "scaling",
-        "url": display_url(url),
+        "url": display_url(target.last_url),
         "n": args.n,
         "repeat": args.repeat,
         "scales": list(args.scales),
@@ -592,6 +1135,81 @@ def run_scaling(args: argparse.Namespace, target: Target, log: Callable[[str], N
             f"{name} keeps {fraction:.1%} of its speed from "
             f"{args.scales[0]:,} to {args.scales[-1]:,} rows"
         )
+    emit(payload, "\n".join(lines), args.json_only)
+
+
+def _mib(value: int) -> str:
+    return f"{value / 2**20:,.1f} MiB"
+
+
+def run_hub_mode(args: argparse.Namespace, target: Target, log: Log) -> None:
+    reference: Reference | None = args.reference
+    by_scale: dict[str, dict[str, Any]] = {}
+    for scale in args.scales:
+        url, ref_path, preload_s = prepare(target, scale, reference, log)
+        hub_runs: list[dict[str, Any]] = []
+        ref_runs: list[dict[str, Any]] = []
+        for k in range(1, args.repeat + 1):
+            copy = copy_database(url, k)
+            try:
+                run = run_hub(copy, args.agents, args.seconds, args.budget, args.ops)
+            finally:
+                drop_copy(copy, target.keep)
+            hub_runs.append(run)
+            log(f"  {scale:,} rows, run {k}: hubstore {run['agent_seconds_per_s']:,.1f} "
+                f"agent-s/s ({run['sim_seconds']} s simulated, {run['ops']:,} calls)")
+            if reference is not None and ref_path is not None:
+                ref_copy = reference_copy(ref_path, k)
+                try:
+                    out = reference.run({
+                        "mode": "hub", "db": str(ref_copy), "agents": args.agents,
+                        "seconds": run["sim_seconds"] if args.ops else args.seconds,
+                        "budget_s": args.budget})
+                finally:
+                    if not target.keep:
+                        _remove_sqlite_files(ref_copy)
+                ref_runs.append(out)
+                log(f"  {scale:,} rows, run {k}: reference {out['agent_seconds_per_s']:,.1f} "
+                    f"agent-s/s ({out['sim_seconds']} s simulated, {out['ops']:,} calls)")
+        entry: dict[str, Any] = {
+            "preload_seconds": round(preload_s, 2),
+            "hubstore": spread([r["agent_seconds_per_s"] for r in hub_runs]),
+            "hubstore_runs": hub_runs,
+        }
+        if ref_runs:
+            entry["reference"] = spread([r["agent_seconds_per_s"] for r in ref_runs])
+            entry["reference_runs"] = ref_runs
+            entry["ratio"] = float(
+                f"{entry['hubstore']['median'] / entry['reference']['median']:.4g}")
+        by_scale[str(scale)] = entry
+    payload = {
+        "mode": "hub", "url": display_url(target.last_url), "agents": args.agents,
+        "repeat": args.repeat, "seconds": args.seconds, "budget_s": args.budget,
+        "ops_target": args.ops, "scales": list(args.scales), "results": by_scale,
+        "figure": "agent-seconds served per wall second (agents served in real time)",
+    }
+    header = ["history rows", "hubstore min", "median", "max"]
+    if reference is not None:
+        header += ["reference min", "median", "max", "ratio"]
+    rows = []
+    for scale in args.scales:
+        entry = by_scale[str(scale)]
+        h = entry["hubstore"]
+        row = [f"{scale:,}", _rate(h["min"]), _rate(h["median"]), _rate(h["max"])]
+        if "reference" in entry:
+            r = entry["reference"]
+            row += [_rate(r["min"]), _rate(r["median"]), _rate(r["max"]), _ratio(entry["ratio"])]
+        rows.append(row)
+    lines = [f"whole hub, {args.agents} agents: agent-seconds served per wall second",
+             format_table(header, rows)]
+    for scale in args.scales:
+        for run in by_scale[str(scale)]["hubstore_runs"]:
+            if "rss_after_warmup_bytes" in run:
+                lines.append(
+                    f"RSS ({scale:,} rows, {run['ops']:,} calls): after warm-up "
+                    f"{_mib(run['rss_after_warmup_bytes'])}, end {_mib(run['rss_bytes'])}, "
+                    f"peak {_mib(run['rss_peak_bytes'])}: {run['rss_growth']:+.1%} "
+                    f"({'flat' if run['rss_flat'] else 'NOT flat'}, within 10%)")
     emit(payload, "\n".join(lines), args.json_only)
 
 
@@ -691,6 +1309,100 @@ def run_claim_processes(url: str, processes: int) -> tuple[list[ClaimReport], fl
     return sorted(reports, key=lambda r: r.index), wall
 
 
+class StatementCounter:
+    """Counts what one process sends to the database, below SQLAlchemy.
+
+    PostgreSQL: libpq's own trace of every connection (psycopg ``pgconn.trace``): each
+    frontend Query or Execute message is a statement (BEGIN, COMMIT and the pool's
+    pre-ping included), each ReadyForQuery from the server ends a round trip. SQLite:
+    sqlite3's trace callback, one call per statement the library runs (BEGIN and COMMIT
+    included, trigger bodies not); SQLite has no round trips (it runs in the process).
+    Only pool "connect" listeners are added: no execution event listener, so the store
+    runs the same code paths as in the timed run.
+    """
+
+    def __init__(self, engine: Any, scratch: Path) -> None:
+        self.dialect = engine.dialect.name
+        self.scratch = scratch
+        self.traced: list[tuple[Any, Path, Any]] = []
+        self.sqlite_statements: list[str] = []
+        self._offsets: dict[Path, int] = {}
+        event.listen(engine, "connect", self._on_connect)
+        engine.dispose()  # connections made before the listener are not traced
+
+    def _on_connect(self, dbapi_conn: Any, _record: Any) -> None:
+        if self.dialect == "sqlite":
+            dbapi_conn.set_trace_callback(self.sqlite_statements.append)
+            return
+        path = self.scratch / f"libpq-trace-{len(self.traced)}.txt"
+        handle = open(path, "w")  # noqa: SIM115 - closed in totals()
+        self._trace(dbapi_conn, handle)
+        self.traced.append((dbapi_conn, path, handle))
+
+    def start(self) -> None:
+        """Count from here on."""
+        self.sqlite_statements.clear()
+        for conn, path, handle in self.traced:
+            if conn.closed:
+                continue
+            conn.pgconn.untrace()  # flushes libpq's buffer, so the size is all of it so far
+            self._offsets[path] = path.stat().st_size
+            self._trace(conn, handle)
+
+    @staticmethod
+    def _trace(conn: Any, handle: Any) -> None:
+        from psycopg import pq
+
+        conn.pgconn.trace(handle.fileno())
+        conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+
+    def totals(self) -> dict[str, int]:
+        if self.dialect == "sqlite":
+            ran = [s for s in self.sqlite_statements if not s.startswith("--")]
+            ended = sum(1 for s in ran if s.strip().upper() == "COMMIT")
+            return {"statements": len(ran), "commits": ended}
+        statements = round_trips = commits = 0
+        for conn, path, handle in self.traced:
+            if not conn.closed:
+                conn.pgconn.untrace()  # flushes libpq's buffer
+            handle.close()
+            with open(path) as trace:
+                trace.seek(self._offsets.get(path, 0))
+                for line in trace:
+                    parts = line.rstrip("\n").split("\t")
+                    if len(parts) < 3:
+                        continue
+                    if parts[0] == "F" and parts[2] in ("Query", "Execute"):
+                        statements += 1
+                        if parts[2] == "Query" and '"COMMIT"' in line:
+                            commits += 1
+                    elif parts[0] == "B" and parts[2] == "ReadyForQuery":
+                        round_trips += 1
+        return {"statements": statements, "round_trips": round_trips, "commits": commits}
+
+
+def count_per_job(url: str, jobs: int, scratch: Path) -> dict[str, Any]:
+    """Statements (and on PostgreSQL round trips) per job of one claiming process."""
+    with HubStore.open(url) as store:
+        counter = StatementCounter(store.engine, scratch)
+        ids = create_claim_jobs(store, jobs)
+        counter.start()
+        claimed = claim_loop(store)
+        totals = counter.totals()
+    counted = len(claimed)
+    per_job: dict[str, Any] = {
+        name: round(value / counted, 2) if counted else None for name, value in totals.items()}
+    per_job["jobs"] = counted
+    per_job["all_claimed"] = sorted(claimed) == sorted(ids)
+    per_job["method"] = (
+        "libpq trace of each connection of one claiming process (Query/Execute messages = "
+        "statements, ReadyForQuery = round trips), after the timed run"
+        if store.engine.dialect.name == "postgresql" else
+        "sqlite3 trace callback of one claiming process (statements the library ran), "
+        "after the timed run")
+    return per_job
+
+
 def run_claim(args: argparse.Namespace, target: Target, log: Callable[[str], None]) -> int:
     url = target.fresh()
     if _is_sqlite(url) and _sqlite_path(url) is None:
@@ -710,6 +1422,7 @@ def run_claim(args: argparse.Namespace, target: Target, log: Callable[[str], Non
         "all_succeeded": statuses == {"succeeded": args.jobs},
     }
     ok = not errors and all(v for k, v in checks.items() if k != "claimed_total")
+    per_job = count_per_job(url, min(args.jobs, COUNTED_JOBS), target.workdir()) if ok else {}
     payload = {
         "mode": "claim",
         "url": display_url(url),
@@ -722,6 +1435,7 @@ def run_claim(args: argparse.Namespace, target: Target, log: Callable[[str], Non
         "checks": checks,
         "errors": errors,
         "ok": ok,
+        "per_job": per_job,
     }
     rows = [[f"process {r.index}", f"{len(r.job_ids):,}"] for r in reports]
     rows.append(["total", f"{len(claimed):,}"])
@@ -731,7 +1445,13 @@ def run_claim(args: argparse.Namespace, target: Target, log: Callable[[str], Non
         f"({wall:.2f} s); claimed once: {checks['claimed_once']}, "
         f"all succeeded: {checks['all_succeeded']}"
     )
-    emit(payload, "\n".join([table, "", summary, *errors]), args.json_only)
+    lines = [table, "", summary, *errors]
+    if per_job:
+        trips = per_job.get("round_trips")
+        lines.append(f"per job: {per_job['statements']} statements"
+                     + (f", {trips} round trips" if trips is not None else "")
+                     + f", {per_job['commits']} commits ({per_job['method']})")
+    emit(payload, "\n".join(lines), args.json_only)
     return 0 if ok else 1
 
 
@@ -811,8 +1531,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--scales",
         type=_scale_list,
-        default=list(DEFAULT_SCALES),
-        help="background rows per scale (default 10000,100000,1000000)",
+        default=None,
+        help="background rows per scale (default 10000,100000,1000000; --hub: 0,100000,1000000)",
     )
     parser.add_argument(
         "--claim", action="store_true", help="multi-process claim_next_assign benchmark"
@@ -827,6 +1547,40 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--jobs", type=_count_arg, default=2000, metavar="J", help="jobs to claim (default 2000)"
     )
+    parser.add_argument(
+        "--reference",
+        metavar="HUB_DIR",
+        default=None,
+        help="also run the workloads through the reference store in HUB_DIR (store.mjs, "
+        "reflexion.mjs; ../shared/reference/setup.sh DIR makes one), under node, side by side",
+    )
+    parser.add_argument(
+        "--hub", action="store_true",
+        help="whole-hub workload: agents served in real time per --scales history size "
+        "(default " + ",".join(str(s) for s in HUB_SCALES) + ")",
+    )
+    parser.add_argument(
+        "--agents", type=_count_arg, default=100, metavar="N",
+        help="--hub: simulated agents (default 100; a multiple of 100 keeps every second alike)",
+    )
+    parser.add_argument(
+        "--seconds", type=_count_arg, default=600, metavar="S",
+        help="--hub: simulated seconds per run at most (default 600)",
+    )
+    parser.add_argument(
+        "--budget", type=float, default=20.0, metavar="WALL_S",
+        help="--hub: wall seconds per run at most (default 20; whole simulated seconds)",
+    )
+    parser.add_argument(
+        "--ops", type=_count_arg, default=None, metavar="CALLS",
+        help="--hub: run until this many store calls instead (no budget), and report "
+        "RSS after warm-up (the first tenth) against the end",
+    )
+    parser.add_argument(
+        "--async", dest="async_", action="store_true",
+        help="also time the workloads through hubstore.aio.AsyncHubStore (skipped with a "
+        "note when it is not importable)",
+    )
     parser.add_argument("--keep-db", action="store_true", help="keep the temporary SQLite files")
     parser.add_argument("--json-only", action="store_true", help="print only the JSON line")
     return parser
@@ -835,14 +1589,25 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.scaling and args.claim:
-        parser.error("--scaling and --claim are separate modes")
+    if sum((args.scaling, args.claim, args.hub)) > 1:
+        parser.error("--scaling, --claim and --hub are separate modes")
     if args.n < 1 or args.repeat < 1:
         parser.error("-n and --repeat must be at least 1")
     if args.claim and args.processes < 1:
         parser.error("--processes must be at least 1")
+    if args.hub and (args.agents < 1 or args.seconds < 1 or args.budget <= 0):
+        parser.error("--agents, --seconds and --budget must be positive")
+    if args.reference is not None and (args.scaling or args.claim):
+        parser.error("--reference goes with the standard run and --hub")
+    if args.scales is None:
+        args.scales = list(HUB_SCALES if args.hub else DEFAULT_SCALES)
     if args.workloads is None:
         args.workloads = list(SCALING_WORKLOADS if args.scaling else WORKLOADS)
+    if args.reference is not None:
+        try:
+            args.reference = Reference.check(args.reference)
+        except ReferenceFailed as exc:
+            parser.error(f"--reference: {exc}")
     return args
 
 
@@ -863,12 +1628,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_claim(args, target, log)
         if args.scaling:
             run_scaling(args, target, log)
+        elif args.hub:
+            run_hub_mode(args, target, log)
         else:
             run_standard(args, target, log)
         return 0
     except NonEmptyDatabase as exc:
         print(f"bench_store: refusing to run: {exc}", file=sys.stderr)
         return 2
+    except ReferenceFailed as exc:
+        print(f"bench_store: {exc}", file=sys.stderr)
+        return 3
     finally:
         target.cleanup()
 

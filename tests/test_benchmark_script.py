@@ -6,14 +6,21 @@ script's command line, as the README runs it.
 
 from __future__ import annotations
 
+import importlib
 import json
+import os
+import shutil
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import create_engine, text
 from sqlalchemy.engine import URL
+
+from tests.conftest import SHARED
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_store.py"
 WORKLOADS = {
@@ -23,12 +30,19 @@ WORKLOADS = {
 SCALING_WORKLOADS = {"poll_for_agent", "sweep_and_stats", "reflexion_learn"}
 
 
+# 100 agents, 3 simulated seconds: per second 10 heartbeats, 50 polls, 50 audit messages,
+# 2 assign lifecycles (3 calls each), 1 learn, 1 lookup and 2 figure reads; one sweep at
+# t = 0.
+HUB_CALLS_3S = 3 * (10 + 50 + 50 + 2 * 3 + 1 + 1 + 2) + 1
+SETUP = SHARED / "reference" / "setup.sh"
+
+
 def bench(url: URL, *args: str) -> dict[str, Any]:
     """Run the script with --json-only; its one stdout line, parsed."""
     done = subprocess.run(
         [sys.executable, str(SCRIPT), "--url", url.render_as_string(hide_password=False),
          "--json-only", *args],
-        capture_output=True, text=True, timeout=300, check=False,
+        capture_output=True, text=True, timeout=600, check=False,
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
@@ -37,13 +51,62 @@ def bench(url: URL, *args: str) -> dict[str, Any]:
     return payload
 
 
-def test_standard_run_reports_every_workload_beside_the_reference(empty_url: URL) -> None:
+def test_standard_run_reports_every_workload_beside_the_published_figures(
+        empty_url: URL) -> None:
     payload = bench(empty_url, "-n", "4", "--repeat", "1")
     assert set(payload["results"]) == WORKLOADS
     assert all(rate > 0 for rate in payload["results"].values())
+    assert payload["reference_source"] == "published"
     assert payload["reference"]["poll_for_agent"] == 1_180
     assert set(payload["reference"]) == WORKLOADS
     assert payload["yardstick_ops_per_s"] > 0
+
+
+def test_repeats_report_min_median_max(empty_url: URL) -> None:
+    payload = bench(empty_url, "-n", "3", "--repeat", "3", "--workloads", "heartbeat")
+    assert set(payload["spread"]) == {"heartbeat"}  # register_agent ran, not reported
+    low, mid, high = (payload["spread"]["heartbeat"][k] for k in ("min", "median", "max"))
+    assert 0 < low <= mid <= high
+    assert payload["results"]["heartbeat"] == mid
+
+
+def _count(url: URL, table: str) -> int:
+    engine = create_engine(url)
+    try:
+        with engine.connect() as conn:
+            return int(conn.execute(text(f"SELECT count(*) FROM {table}")).scalar_one())
+    finally:
+        engine.dispose()
+
+
+def _copies(url: URL, repeats: int) -> list[URL]:
+    if url.get_backend_name() == "sqlite":
+        return [url.set(database=f"{url.database}.r{k}") for k in range(1, repeats + 1)]
+    return [url.set(database=f"{url.database}_r{k}") for k in range(1, repeats + 1)]
+
+
+def _drop_pg(urls: list[URL]) -> None:
+    admin = create_engine(urls[0].set(database="postgres"), isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            for url in urls:
+                conn.execute(text(f'DROP DATABASE IF EXISTS "{url.database}" WITH (FORCE)'))
+    finally:
+        admin.dispose()
+
+
+def test_every_repeat_starts_from_the_same_preloaded_state(empty_url: URL) -> None:
+    """The template keeps the preload only; each repeat's copy got the preload plus one
+    repeat's messages (not the messages of the repeats before it)."""
+    copies = _copies(empty_url, 2)
+    try:
+        bench(empty_url, "-n", "5", "--repeat", "2", "--preload", "60",
+              "--workloads", "audit_log", "--keep-db")
+        assert _count(empty_url, "messages") == 60
+        assert [_count(copy, "messages") for copy in copies] == [65, 65]
+    finally:
+        if empty_url.get_backend_name() == "postgresql":
+            _drop_pg(copies)
 
 
 def test_preloaded_run_loads_the_background_rows(empty_url: URL) -> None:
@@ -72,6 +135,116 @@ def test_claim_mode_claims_every_job_once(empty_url: URL) -> None:
     }
     assert sum(payload["per_process"]) == 40
     assert payload["statuses"] == {"succeeded": 40}
+    per_job = payload["per_job"]
+    assert per_job["jobs"] == 40 and per_job["all_claimed"] is True
+    assert per_job["statements"] >= 2  # a claim and a finish at least
+    assert per_job["commits"] >= 1
+    if empty_url.get_backend_name() == "postgresql":
+        assert per_job["round_trips"] >= per_job["commits"] + 2
+    assert "trace" in per_job["method"]
+
+
+def test_hub_mode_runs_the_same_mix_at_each_history_size(empty_url: URL) -> None:
+    payload = bench(empty_url, "--hub", "--scales", "0,60", "--agents", "100",
+                    "--seconds", "3", "--budget", "600", "--repeat", "1")
+    assert payload["scales"] == [0, 60]
+    for scale in ("0", "60"):
+        (run,) = payload["results"][scale]["hubstore_runs"]
+        assert run["sim_seconds"] == 3 and run["ops"] == HUB_CALLS_3S
+        assert run["agent_seconds_per_s"] > 0
+        assert payload["results"][scale]["hubstore"]["median"] == run["agent_seconds_per_s"]
+
+
+def test_hub_mode_with_an_operation_count_reports_rss(empty_url: URL) -> None:
+    payload = bench(empty_url, "--hub", "--scales", "0", "--ops", "800", "--repeat", "1")
+    (run,) = payload["results"]["0"]["hubstore_runs"]
+    assert run["ops"] >= 800
+    assert run["rss_after_warmup_bytes"] > 0 and run["rss_peak_bytes"] >= run["rss_bytes"]
+    assert run["rss_flat"] == (abs(run["rss_bytes"] / run["rss_after_warmup_bytes"] - 1) <= 0.1)
+
+
+def test_async_is_measured_or_skipped_with_a_note(empty_url: URL) -> None:
+    payload = bench(empty_url, "-n", "3", "--repeat", "1", "--async",
+                    "--workloads", "heartbeat")
+    try:
+        importlib.import_module("hubstore.aio")
+    except ImportError:
+        assert "not importable" in payload["async_note"]
+        assert "async" not in payload
+    else:
+        assert payload["async"]["heartbeat"] > 0
+
+
+# --- side by side with the reference store (node + a triflux hub/ folder)
+
+
+@pytest.fixture(scope="session")
+def reference_hub(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A runnable reference hub folder: $HUBSTORE_REFERENCE_HUB, else one made with
+    ../shared/reference/setup.sh (cached under ~/.cache/hubstore); skipped without."""
+    given = os.environ.get("HUBSTORE_REFERENCE_HUB")
+    if given:
+        return Path(given)
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.skip("node and npm are needed to run the reference store")
+    if not SETUP.is_file():
+        pytest.skip(f"no reference store to set up ({SETUP} is missing)")
+    dest = Path.home() / ".cache" / "hubstore" / "reference-7.2.1"
+    done = subprocess.run(["bash", str(SETUP), str(dest)], capture_output=True, text=True,
+                          timeout=600, check=False)
+    if done.returncode != 0:
+        pytest.skip(f"setup.sh failed: {done.stderr.strip()[-300:]}")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def test_reference_runs_beside_hubstore_on_the_same_rows(empty_url: URL,
+                                                        reference_hub: Path) -> None:
+    payload = bench(empty_url, "-n", "4", "--repeat", "2", "--preload", "60",
+                    "--reference", str(reference_hub))
+    assert payload["reference_source"] == "measured"
+    assert set(payload["reference"]) == set(payload["results"]) == WORKLOADS
+    for name in WORKLOADS:
+        assert payload["reference"][name] > 0
+        assert payload["ratio"][name] == pytest.approx(
+            payload["results"][name] / payload["reference"][name], rel=1e-2)
+        spread = payload["reference_spread"][name]
+        assert spread["min"] <= spread["median"] <= spread["max"]
+
+
+def test_reference_template_holds_the_same_background_rows(empty_url: URL,
+                                                           reference_hub: Path) -> None:
+    copies = _copies(empty_url, 1)
+    payload: dict[str, Any] = {}
+    try:
+        payload = bench(empty_url, "-n", "2", "--repeat", "1", "--preload", "60",
+                        "--workloads", "heartbeat", "--reference", str(reference_hub),
+                        "--keep-db")
+        ref = sqlite3.connect(payload["reference_template"])
+        try:
+            for table in ("messages", "reflexion_entries", "assign_jobs", "agents"):
+                (count,) = ref.execute(f"SELECT count(*) FROM {table}").fetchone()
+                assert count == _count(empty_url, table), table
+            (version,) = ref.execute(
+                "SELECT value FROM _meta WHERE key = 'schema_version'").fetchone()
+            assert version == "3"  # made by the reference's own createStore
+        finally:
+            ref.close()
+    finally:
+        if empty_url.get_backend_name() == "postgresql":
+            _drop_pg(copies)
+        if payload:
+            shutil.rmtree(Path(payload["reference_template"]).parent, ignore_errors=True)
+
+
+def test_reference_hub_mix_makes_the_same_calls(empty_url: URL, reference_hub: Path) -> None:
+    payload = bench(empty_url, "--hub", "--scales", "60", "--agents", "100", "--seconds", "3",
+                    "--budget", "600", "--repeat", "1", "--reference", str(reference_hub))
+    entry = payload["results"]["60"]
+    (hub_run,), (ref_run,) = entry["hubstore_runs"], entry["reference_runs"]
+    assert ref_run["sim_seconds"] == hub_run["sim_seconds"] == 3
+    assert ref_run["ops"] == hub_run["ops"] == HUB_CALLS_3S
+    assert entry["ratio"] == pytest.approx(
+        entry["hubstore"]["median"] / entry["reference"]["median"], rel=1e-2)
 
 
 def test_a_database_with_rows_is_refused_without_reset(db_url: URL) -> None:
