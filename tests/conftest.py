@@ -20,7 +20,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import URL, make_url
 
 from hubstore import HubStore, migrations
-from tests import factories
+from hubstore.testing import factories
 
 PG_ADMIN = os.environ.get("HUBSTORE_TEST_PG",
                           "postgresql+psycopg://postgres@127.0.0.1:5432/test")

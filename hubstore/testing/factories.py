@@ -1,6 +1,22 @@
-"""factory-boy factories for every hub row, inserted through the store's engine."""
+"""factory-boy factories for every hub row, named after their models.
+
+`AgentFactory`, `MessageFactory`, `MessageInboxFactory`, `HumanRequestFactory`,
+`DeadLetterFactory`, `AssignJobFactory`, `PipelineStateFactory` and
+`ReflexionEntryFactory` insert rows directly (no store rules run) into the database of
+the store given to `bind()`; the `hub_store` fixture of `hubstore.testing`
+binds them to the store it yields. Each ``create()`` commits its row.
+
+Needs factory-boy: `pip install "hubstore[testing]"`.
+"""
 
 from __future__ import annotations
+
+try:
+    import factory  # noqa: F401  (the optional dependency, checked once here)
+except ModuleNotFoundError as missing:  # pragma: no cover - exercised in a bare venv
+    raise ModuleNotFoundError(
+        "hubstore.testing.factories needs factory-boy; install it with "
+        "pip install \"hubstore[testing]\"", name="factory") from missing
 
 from factory.alchemy import SQLAlchemyModelFactory
 from factory.declarations import LazyAttribute, LazyFunction, Sequence
@@ -29,10 +45,13 @@ def bind(store: HubStore) -> None:
 
 
 def unbind() -> None:
+    """Forget the bound store (its session is closed)."""
     Session.remove()
 
 
 class _Base(SQLAlchemyModelFactory):
+    """Rows committed through the session that :func:`bind` points at the store."""
+
     class Meta:
         abstract = True
         sqlalchemy_session = Session
