@@ -1,8 +1,11 @@
 """hubstore: the triflux hub store as a typed SQLAlchemy 2 data layer.
 
 SQLite is the embedded default; PostgreSQL (psycopg 3) serves hubs that outgrow one
-machine. See README.md.
+machine. See README.md and the docs/ folder.
 """
+
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _installed_version
 
 from hubstore.errors import (
     AssignNotFound,
@@ -20,6 +23,12 @@ from hubstore.results import AssignOutcome, Lease, LookupResult
 from hubstore.store import HubStore
 from hubstore.uow import UnitOfWork
 
+try:
+    #: The installed distribution's version (pyproject.toml's ``version``).
+    __version__: str = _installed_version("hubstore")
+except PackageNotFoundError:  # pragma: no cover - imported from a bare source tree
+    __version__ = "0+unknown"
+
 __all__ = [
     "AssignNotFound",
     "AssignOutcome",
@@ -35,5 +44,6 @@ __all__ = [
     "UnknownSchema",
     "ValidationError",
     "WorkerMismatch",
+    "__version__",
     "uuidv7",
 ]
