@@ -16,7 +16,7 @@ from enum import Enum
 from typing import Any
 
 from hubstore.errors import IllegalTransition, ValidationError
-from hubstore.validation import as_number, clamp
+from hubstore.validation import clamp, counter
 
 TERMINAL = frozenset({"succeeded", "failed", "timed_out"})
 ACTIVE = ("queued", "running")
@@ -152,7 +152,6 @@ def next_values(current: Mapping[str, Any], target: str, patch: Mapping[str, Any
 
     terminal = target in TERMINAL
     timeout = clamp_timeout(pick("timeout_ms"), current["timeout_ms"])
-    attempt_number = as_number(pick("attempt"))
     values: dict[str, Any] = {
         name: pick(name) for name in
         ("supervisor_agent", "worker_agent", "topic", "task", "trace_id", "correlation_id")
@@ -160,9 +159,10 @@ def next_values(current: Mapping[str, Any], target: str, patch: Mapping[str, Any
     values.update(
         payload=pick("payload") if pick("payload") is not None else {},
         status=target,
-        attempt=max(1, int(attempt_number)) if attempt_number else current["attempt"],
-        retry_count=max(0, int(as_number(pick("retry_count")) or 0)),
-        max_retries=max(0, int(as_number(pick("max_retries")) or 0)),
+        attempt=counter(pick("attempt"), "attempt", default=current["attempt"] or 1,
+                        minimum=1),
+        retry_count=counter(pick("retry_count"), "retry_count", default=0, minimum=0),
+        max_retries=counter(pick("max_retries"), "max_retries", default=0, minimum=0),
         priority=clamp(pick("priority"), current["priority"] or 5, 1, 9),
         ttl_ms=clamp_timeout(pick("ttl_ms"), current["ttl_ms"] or timeout),
         timeout_ms=timeout,
@@ -202,11 +202,12 @@ def retry_patch(current: Mapping[str, Any], patch: Mapping[str, Any], now: int
     timeout_ms = patch.get("timeout_ms")
     timeout = clamp_timeout(current["timeout_ms"] if timeout_ms is None else timeout_ms,
                             current["timeout_ms"])
-    next_attempt = as_number(attempt if attempt is not None else current["attempt"] + 1)
     return {
-        "retry_count": max(0, int(as_number(
-            retry_count if retry_count is not None else current["retry_count"] + 1) or 0)),
-        "attempt": max(current["attempt"] + 1, int(next_attempt or 1)),
+        "retry_count": counter(
+            retry_count if retry_count is not None else current["retry_count"] + 1,
+            "retry_count", default=0, minimum=0),
+        "attempt": counter(attempt if attempt is not None else current["attempt"] + 1,
+                           "attempt", default=1, minimum=current["attempt"] + 1),
         "timeout_ms": timeout,
         "ttl_ms": patch.get("ttl_ms") if patch.get("ttl_ms") is not None else current["ttl_ms"],
         "deadline_ms": now + timeout,

@@ -8,7 +8,7 @@ Python values under shorter names (``Agent.topics`` maps ``topics_json``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar, Self, cast
+from typing import Any, ClassVar, Self, cast, get_args
 
 from sqlalchemy import (
     BigInteger,
@@ -25,6 +25,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from hubstore import types
 from hubstore.jsontype import JSONText
 
 NAMING_CONVENTION = {
@@ -35,17 +36,16 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-AGENT_CLIS = ("codex", "gemini", "claude", "other")
-AGENT_STATUSES = ("online", "stale", "offline")
-MESSAGE_TYPES = (
-    "request", "response", "event", "handoff", "human_request", "human_response", "system",
-)
-MESSAGE_STATUSES = ("queued", "delivered", "acked", "expired", "dead_letter")
-HUMAN_KINDS = ("captcha", "approval", "credential", "choice", "text")
-HUMAN_STATES = ("pending", "accepted", "declined", "cancelled", "timed_out")
-HUMAN_DEFAULT_ACTIONS = ("decline", "cancel", "timeout_continue")
-ASSIGN_STATUSES = ("queued", "running", "succeeded", "failed", "timed_out")
-REFLEXION_TYPES = ("reflexion", "adaptive")
+# The allowed values, from the Literal types of the public signatures (hubstore.types).
+AGENT_CLIS: tuple[str, ...] = get_args(types.AgentCli)
+AGENT_STATUSES: tuple[str, ...] = get_args(types.AgentStatus)
+MESSAGE_TYPES: tuple[str, ...] = get_args(types.MessageType)
+MESSAGE_STATUSES: tuple[str, ...] = get_args(types.MessageStatus)
+HUMAN_KINDS: tuple[str, ...] = get_args(types.HumanKind)
+HUMAN_STATES: tuple[str, ...] = get_args(types.HumanState)
+HUMAN_DEFAULT_ACTIONS: tuple[str, ...] = get_args(types.HumanDefaultAction)
+ASSIGN_STATUSES: tuple[str, ...] = get_args(types.AssignStatus)
+REFLEXION_TYPES: tuple[str, ...] = get_args(types.ReflexionType)
 
 Millis = BigInteger  # every time is integer milliseconds since the epoch
 #: Counts and ids the reference can make large: 64-bit on both dialects (revision 0006).

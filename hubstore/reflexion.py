@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from hubstore.results import LookupResult
 
 __all__ = [
+    "JS_SPACE_CHARS",
     "ReflexionStore",
     "learn_from_error",
     "lookup_solution",
@@ -42,6 +43,8 @@ _JS_SPACE_CHARS = (
     + "\u2028\u2029\u202f\u205f\u3000\ufeff"
 )
 _JS_SPACE = f"[{_JS_SPACE_CHARS}]"
+#: JavaScript's white space and line terminators (what trim() removes).
+JS_SPACE_CHARS = _JS_SPACE_CHARS
 
 # The reference's replacements, in order; each comment is the JavaScript original.
 _REPLACEMENTS: tuple[tuple[re.Pattern[str], str], ...] = tuple(

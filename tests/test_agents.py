@@ -105,6 +105,6 @@ def test_register_refuses_bad_input_and_writes_nothing(store: HubStore, kwargs: 
 def test_update_status_refuses_unknown_status(store: HubStore) -> None:
     AgentFactory.create(agent_id="a")
     with pytest.raises(ValidationError) as info:
-        store.update_agent_status("a", "asleep")
+        store.update_agent_status("a", "asleep")  # type: ignore[arg-type]
     assert info.value.code == "VALIDATION"
     assert present(store.get_agent("a")).status == "online"

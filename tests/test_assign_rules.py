@@ -272,7 +272,9 @@ def test_unknown_patch_fields_are_refused() -> None:
 
 @pytest.mark.parametrize(("value", "expected"), [
     (500, 1_000), (1_000, 1_000), (30_000, 30_000), (86_400_001, 86_400_000),
-    ("2500", 2_500), ("soon", 600_000), (None, 600_000), (float("nan"), 600_000),
+    # JavaScript's Number(null) is 0 (clamped up to 1 s); NaN falls back to the default.
+    ("2500", 2_500), ("soon", 600_000), (None, 1_000), (float("nan"), 600_000),
+    ("1_000", 600_000), (" 2e3 ", 2_000), ("0x7D0", 2_000), ("-Infinity", 600_000),
 ])
 def test_clamp_timeout(value: object, expected: int) -> None:
     assert rules.clamp_timeout(value) == expected

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from sqlalchemy import text
@@ -26,6 +26,7 @@ from hubstore.errors import (
 from hubstore.ids import now_ms
 from hubstore.models import AssignJob, Message
 from hubstore.services.assigns import ConcurrentUpdate, lock_job, move
+from hubstore.types import AssignStatus
 from tests.factories import AssignJobFactory
 
 Heard = list[tuple[dict[str, Any], AssignJob]]
@@ -213,7 +214,8 @@ def test_illegal_update_raises_and_changes_nothing(store: HubStore, heard: Heard
         job = AssignJobFactory.create(status=start, result={"kept": True})
         before = row(store, job.job_id)
         with pytest.raises(IllegalTransition) as caught:
-            store.update_assign_status(job.job_id, target, result={"new": True})
+            store.update_assign_status(job.job_id, cast(AssignStatus, target),
+                                       result={"new": True})
         assert caught.value.code == "ASSIGN_ILLEGAL_TRANSITION"
         assert row(store, job.job_id) == before, (start, target)
     assert heard == []
@@ -248,7 +250,7 @@ def test_update_refuses_bad_input_before_writing(store: HubStore) -> None:
                           ("running", {"deadline_ms": "soon"}),
                           ("running", {"result": float("inf")})):
         with pytest.raises(ValidationError):
-            store.update_assign_status(job.job_id, status, **patch)
+            store.update_assign_status(job.job_id, cast(AssignStatus, status), **patch)
     assert row(store, job.job_id) == before
 
 
@@ -297,7 +299,7 @@ def test_list_filters_and_orders(store: HubStore) -> None:
     assert ids(limit=1) == [c.job_id]
     assert ids(limit=0) == [c.job_id]
     with pytest.raises(ValidationError):
-        store.list_assigns(status="done")
+        store.list_assigns(status="done")  # type: ignore[arg-type]
 
 
 # --- retry_assign ------------------------------------------------------------------------

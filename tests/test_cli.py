@@ -83,7 +83,7 @@ def test_unknown_layout_fails_with_a_message_and_changes_nothing(tmp_path: Path)
 @pytest.mark.parametrize(("args", "code", "says"), [
     (["upgrade", "9999"], 1, "Can't locate revision identified by '9999'"),
     (["downgrade"], 2, "Missing argument 'REVISION'"),
-    (["current", "--url", "mysql://x/y"], 2, "hubstore supports sqlite:/// and postgresql"),
+    (["current", "--url", "mysql://x/y"], 2, "hubstore supports sqlite:///PATH"),
     (["current", "--url", "not a url"], 2, "Invalid value for '--url'"),
 ])
 def test_failures_exit_non_zero_with_a_clear_message(

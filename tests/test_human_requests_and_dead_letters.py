@@ -40,7 +40,7 @@ def test_update_missing_request_and_bad_state(store: HubStore) -> None:
     assert store.update_human_request("missing", "accepted") is False
     req = HumanRequestFactory.create()
     with pytest.raises(ValidationError, match="state"):
-        store.update_human_request(req.request_id, "maybe")
+        store.update_human_request(req.request_id, "maybe")  # type: ignore[arg-type]
     assert present(store.get_human_request(req.request_id)).state == "pending"
 
 
@@ -58,7 +58,7 @@ def test_pending_and_expiry(store: HubStore) -> None:
 
 def test_insert_refuses_bad_kind(store: HubStore) -> None:
     with pytest.raises(ValidationError, match="kind"):
-        store.insert_human_request("a", "poem", "?", deadline_ms=1000)
+        store.insert_human_request("a", "poem", "?", deadline_ms=1000)  # type: ignore[arg-type]
     assert store.get_pending_human_requests() == []
 
 

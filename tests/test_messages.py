@@ -41,9 +41,9 @@ def test_audit_log_refuses_a_bad_priority(store: HubStore, priority: Any) -> Non
 
 def test_audit_log_refuses_unknown_type_and_status(store: HubStore) -> None:
     with pytest.raises(ValidationError, match="type must be one of"):
-        store.audit_log("shout", "a", "b", "t")
+        store.audit_log("shout", "a", "b", "t")  # type: ignore[arg-type]
     with pytest.raises(ValidationError, match="status must be one of"):
-        store.audit_log("event", "a", "b", "t", status="lost")
+        store.audit_log("event", "a", "b", "t", status="lost")  # type: ignore[arg-type]
 
 
 def test_response_by_correlation_is_the_newest_response(store: HubStore) -> None:
@@ -102,8 +102,10 @@ def test_poll_without_topics_is_direct_only(store: HubStore) -> None:
 
 
 @pytest.mark.parametrize("given, expected", [
-    (None, 20), ("many", 20), (float("nan"), 20), (0, 1), (-5, 1), (1000, 100), (3.9, 3),
-    ("7", 7),
+    # JavaScript's Number(): null is 0, "1_000" is NaN, " 12 " is 12, "0x10" is 16.
+    (None, 1), ("many", 20), (float("nan"), 20), (0, 1), (-5, 1), (1000, 100), (3.9, 3),
+    ("7", 7), ("1_000", 20), (" 12 ", 12), ("0x10", 16), ("1e1", 10), ("", 1),
+    ("Infinity", 20), (True, 1), ([5], 20),
 ])
 def test_poll_clamps_the_limit(store: HubStore, given: object, expected: int) -> None:
     for i in range(120):

@@ -20,14 +20,15 @@ from hubstore.services.base import (
     update_row,
     upsert,
 )
+from hubstore.types import AgentCli, AgentStatus
 from hubstore.validation import (
     json_list,
     json_object,
+    lookup_key,
     optional_int,
+    require_duration,
     require_enum,
     require_id,
-    require_int,
-    require_text,
     string_list,
 )
 
@@ -56,7 +57,7 @@ def _register_statement(dialect: str) -> Prepared:
 class AgentOps(Operations):
     """Agents, their leases and topics."""
 
-    def register_agent(self, agent_id: str, cli: str, pid: int | None = None,
+    def register_agent(self, agent_id: str, cli: AgentCli, pid: int | None = None,
                        capabilities: Iterable[Any] = (), topics: Iterable[str] = (),
                        heartbeat_ttl_ms: int = 30_000,
                        metadata: dict[str, Any] | None = None) -> Lease:
@@ -66,7 +67,7 @@ class AgentOps(Operations):
         optional_int(pid, "pid")
         caps = json_list(capabilities, "capabilities")
         topic_list = string_list(topics, "topics")
-        ttl = require_int(heartbeat_ttl_ms, "heartbeat_ttl_ms", minimum=0)
+        ttl = require_duration(heartbeat_ttl_ms, "heartbeat_ttl_ms")
         meta = json_object(metadata, "metadata")
         with self.unit_of_work() as uow:
             now = now_ms()
@@ -80,13 +81,14 @@ class AgentOps(Operations):
 
     def get_agent(self, agent_id: str) -> Agent | None:
         """The agent, or None."""
+        lookup_key(agent_id, "agent_id")
         with self.unit_of_work(write=False) as uow:
             return uow.session.get(Agent, agent_id)
 
     def refresh_lease(self, agent_id: str, ttl_ms: int = 30_000) -> Lease:
         """Heartbeat: last seen now, lease now + ttl, status online."""
         require_id(agent_id, "agent_id")
-        ttl = require_int(ttl_ms, "ttl_ms", minimum=0)
+        ttl = require_duration(ttl_ms, "ttl_ms")
         with self.unit_of_work() as uow:
             now = now_ms()
             _HEARTBEAT.run(uow, {"p_agent_id": agent_id, "p_now": now,
@@ -116,7 +118,7 @@ class AgentOps(Operations):
 
     def get_agents_by_topic(self, topic: str) -> list[Agent]:
         """Non-offline agents subscribed to ``topic``."""
-        require_text(topic, "topic")
+        lookup_key(topic, "topic")
         with self.unit_of_work(write=False) as uow:
             if uow.dialect == "postgresql":
                 subscribed = type_coerce(_agents.c.topics_json, JSONB).contains([topic])
@@ -142,7 +144,7 @@ class AgentOps(Operations):
                 .values(status="offline"))
             return {"stale": stale.rowcount, "offline": offline.rowcount}
 
-    def update_agent_status(self, agent_id: str, status: str) -> bool:
+    def update_agent_status(self, agent_id: str, status: AgentStatus) -> bool:
         """Set the agent's status; True when the agent exists."""
         require_id(agent_id, "agent_id")
         require_enum(status, AGENT_STATUSES, "status")

@@ -24,12 +24,14 @@ from hubstore.models import AssignJob, Message, table_of
 from hubstore.results import AssignOutcome
 from hubstore.services.assigns import announce, lock_job, move, retry, write_guarded
 from hubstore.services.base import Operations, Prepared, const, resolve_now
-from hubstore.validation import json_value, optional_int, require_id, require_text
+from hubstore.validation import json_value, lookup_key, optional_int, require_id, require_text
 
 if TYPE_CHECKING:
     from hubstore.uow import UnitOfWork
 
 EVENT_TOPIC = "assign.result"
+#: The timeout sweep handles at most this many due jobs per call, as the reference does.
+SWEEP_BATCH = 100
 _jobs = table_of(AssignJob)
 
 
@@ -166,14 +168,17 @@ class AssignHubOps(Operations):
         job), and a retry scheduled here names the worker as ``requested_by``.
         Raises AssignNotFound, WorkerMismatch, StaleAttempt (a result from an earlier
         attempt) or IllegalTransition. Repeating the report that finished the job is a
-        no-op: nothing is written or recorded.
+        no-op: nothing is written or recorded. A report without a result stores {}, as
+        the reference does (its ``result ?? payload``, the payload defaulting to {}).
         """
         require_id(job_id, "job_id")
         target = rules.normalize_status(status, metadata)
         if worker_agent is not None:
-            require_text(worker_agent, "worker_agent")
+            lookup_key(worker_agent, "worker_agent")
         optional_int(attempt, "attempt")
         json_value(result, "result")
+        if result is None:
+            result = {}
         json_value(error, "error")
         json_value(metadata, "metadata")
         with self.unit_of_work() as uow:
@@ -224,8 +229,9 @@ class AssignHubOps(Operations):
 
     def sweep_timed_out_assigns(self, now_ms: int | None = None) -> dict[str, int]:
         """Queued or running jobs whose deadline is at or before ``now_ms`` time out,
-        and are retried while retries remain. A job retried here is not swept again
-        by the same call (the due jobs are chosen once, up front)."""
+        and are retried while retries remain. As in the reference, one call takes at
+        most SWEEP_BATCH (100) due jobs, the most recently updated first; a job retried
+        here is not swept again by the same call (the due jobs are chosen once, up front)."""
         now = resolve_now(now_ms)
         timed_out = retried = 0
         c = _jobs.c
@@ -235,7 +241,8 @@ class AssignHubOps(Operations):
             due = (select(_jobs)
                    .where(c.status.in_([const(s) for s in rules.ACTIVE]),
                           c.deadline_ms.is_not(None), c.deadline_ms <= now)
-                   .order_by(c.deadline_ms, c.job_id)
+                   .order_by(c.updated_at_ms.desc(), c.job_id.desc())
+                   .limit(SWEEP_BATCH)
                    .with_for_update(skip_locked=True))
             for row in uow.connection.execute(due).mappings().all():
                 job = AssignJob.from_row(row)

@@ -14,23 +14,32 @@ from __future__ import annotations
 import copy
 import functools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from sqlalchemy import bindparam, insert, select, update
 
 from hubstore import assign_rules as rules
-from hubstore.errors import HubStoreError
+from hubstore.errors import HubStoreError, ValidationError
 from hubstore.ids import now_ms, uuidv7
 from hubstore.models import ASSIGN_STATUSES, AssignJob, table_of
 from hubstore.services.base import Operations, Prepared
+from hubstore.types import AssignPatch, AssignStatus
 from hubstore.validation import (
+    INT64_MAX,
+    INT64_MIN,
     as_number,
     clamp,
+    counter,
     json_value,
+    lookup_key,
     optional_id,
     optional_int,
+    optional_lookup,
     require_enum,
     require_id,
+    require_int,
+    require_key,
+    require_text,
 )
 
 if TYPE_CHECKING:
@@ -128,8 +137,17 @@ def check_patch_values(patch: dict[str, Any]) -> None:
     for name in ("supervisor_agent", "worker_agent", "trace_id", "correlation_id"):
         if patch.get(name) is not None:
             require_id(patch[name], name)
+    if patch.get("last_message_id") is not None:
+        require_id(patch["last_message_id"], "last_message_id")
+    if patch.get("topic") is not None:
+        require_key(patch["topic"], "topic")
+    if patch.get("task") is not None:
+        require_text(patch["task"], "task")
     for name in ("deadline_ms", "started_at_ms", "completed_at_ms", "last_retry_at_ms"):
         optional_int(patch.get(name), name)
+    for name, minimum in (("attempt", 1), ("retry_count", 0), ("max_retries", 0)):
+        if patch.get(name) is not None:
+            counter(patch[name], name, default=minimum, minimum=minimum)
     for name in ("payload", "result", "error"):
         json_value(patch.get(name), name)
 
@@ -161,13 +179,20 @@ class AssignOps(Operations):
 
     def create_assign(self, supervisor_agent: str, worker_agent: str,
                       topic: str = "assign.job", task: str = "", payload: Any = None,
-                      status: str = "queued", attempt: int = 1, retry_count: int = 0,
+                      status: AssignStatus = "queued", attempt: int = 1, retry_count: int = 0,
                       max_retries: int = 0, priority: object = 5, ttl_ms: object = 600_000,
                       timeout_ms: object = 600_000, deadline_ms: int | None = None,
                       trace_id: str | None = None, correlation_id: str | None = None,
                       last_message_id: str | None = None, result: Any = None,
                       error: Any = None, job_id: str | None = None) -> AssignJob:
-        """A new job. Priority, timeout and ttl are clamped, as in the reference."""
+        """A new job. Priority, timeout and ttl are clamped, as in the reference
+        (JavaScript's Number() reads them: a non-number falls back to the default).
+
+        The counters follow the reference's ``Math.max(1, Number(attempt) || 1)`` (and 0
+        for retry_count and max_retries), but a count that is not a whole number is
+        refused. ``topic`` and ``task`` must be strings (None or "" for the default).
+        A payload that is None (or a JavaScript-falsy 0, "" or False) is stored as {}.
+        """
         require_id(supervisor_agent, "supervisor_agent")
         require_id(worker_agent, "worker_agent")
         require_enum(status, ASSIGN_STATUSES, "status")
@@ -178,19 +203,28 @@ class AssignOps(Operations):
         optional_id(trace_id, "trace_id")
         optional_id(correlation_id, "correlation_id")
         optional_id(last_message_id, "last_message_id")
-        deadline = as_number(deadline_ms)
+        topic = require_key(topic, "topic") if topic else "assign.job"
+        task = require_text(task, "task") if task else ""
+        first_attempt = counter(attempt, "attempt", default=1, minimum=1)
+        retries = counter(retry_count, "retry_count", default=0, minimum=0)
+        retry_limit = counter(max_retries, "max_retries", default=0, minimum=0)
         timeout = rules.clamp_timeout(timeout_ms)
-        retries = max(0, int(as_number(retry_count) or 0))
+        deadline = None if deadline_ms is None else as_number(deadline_ms)
+        if deadline is not None:
+            deadline = require_int(int(deadline), "deadline_ms")
         with self.unit_of_work() as uow:
             now = now_ms()
             row: dict[str, Any] = {
                 "job_id": job_id or uuidv7(),
                 "supervisor_agent": supervisor_agent, "worker_agent": worker_agent,
-                "topic": str(topic or "assign.job"), "task": str(task or ""),
-                "payload": body or {}, "status": status,
-                "attempt": max(1, int(as_number(attempt) or 1)),
+                "topic": topic, "task": task,
+                # The reference's `payload || {}`: JavaScript's falsy values become {},
+                # but [] (truthy there) stays [].
+                "payload": {} if body in (0, "", False) else body,
+                "status": status,
+                "attempt": first_attempt,
                 "retry_count": retries,
-                "max_retries": max(0, int(as_number(max_retries) or 0)),
+                "max_retries": retry_limit,
                 "priority": clamp(priority, 5, 1, 9),
                 "ttl_ms": rules.clamp_timeout(ttl_ms, timeout), "timeout_ms": timeout,
                 "deadline_ms": int(deadline) if deadline is not None else now + timeout,
@@ -208,26 +242,38 @@ class AssignOps(Operations):
 
     def get_assign(self, job_id: str) -> AssignJob | None:
         """The job, or None."""
+        lookup_key(job_id, "job_id")
         with self.unit_of_work(write=False) as uow:
             row = _SELECT.first(uow, {"p_job_id": job_id})
             return None if row is None else AssignJob.from_row(row)
 
-    def update_assign_status(self, job_id: str, status: str, **patch: Any) -> AssignJob | None:
+    def update_assign_status(self, job_id: str, status: AssignStatus,
+                             **patch: Unpack[AssignPatch]) -> AssignJob | None:
         """Move the job to ``status`` (the transition table applies), changing the
         named fields; a field named with None clears it. None when there is no job."""
         require_id(job_id, "job_id")
         require_enum(status, ASSIGN_STATUSES, "status")
-        check_patch_values(patch)
+        changes = dict(patch)
+        check_patch_values(changes)
         with self.unit_of_work() as uow:
             job = lock_job(uow, job_id)
-            return None if job is None else move(uow, job, status, patch)
+            return None if job is None else move(uow, job, status, changes)
 
     def list_assigns(self, supervisor_agent: str | None = None,
-                     worker_agent: str | None = None, status: str | None = None,
-                     statuses: Sequence[str] | None = None, trace_id: str | None = None,
+                     worker_agent: str | None = None, status: AssignStatus | None = None,
+                     statuses: Sequence[AssignStatus] | None = None,
+                     trace_id: str | None = None,
                      correlation_id: str | None = None, active_before_ms: object = None,
                      limit: object = 50) -> list[AssignJob]:
         """Jobs matching every given filter, most recently updated first (1..100)."""
+        for name, value in (("supervisor_agent", supervisor_agent),
+                            ("worker_agent", worker_agent), ("trace_id", trace_id),
+                            ("correlation_id", correlation_id)):
+            optional_lookup(value, name)
+        if statuses and (isinstance(statuses, str | bytes)
+                         or not isinstance(statuses, Sequence | set | frozenset)):
+            raise ValidationError(
+                f"statuses must be a list of statuses, got {type(statuses).__name__}")
         wanted = list(statuses) if statuses else ([status] if status else [])
         for item in wanted:
             require_enum(item, ASSIGN_STATUSES, "status")
@@ -242,16 +288,18 @@ class AssignOps(Operations):
             stmt = stmt.where(c.status.in_(wanted))
         before = as_number(active_before_ms) if active_before_ms is not None else None
         if before is not None:
-            stmt = stmt.where(c.deadline_ms.is_not(None), c.deadline_ms <= int(before))
+            bound = max(INT64_MIN, min(int(before), INT64_MAX))  # the same rows
+            stmt = stmt.where(c.deadline_ms.is_not(None), c.deadline_ms <= bound)
         stmt = stmt.order_by(c.updated_at_ms.desc(), c.job_id.desc())
         stmt = stmt.limit(clamp(limit, 50, 1, 100))
         with self.unit_of_work(write=False) as uow:
             return [AssignJob.from_row(row) for row in uow.connection.execute(stmt).mappings()]
 
-    def retry_assign(self, job_id: str, **patch: Any) -> AssignJob | None:
+    def retry_assign(self, job_id: str, **patch: Unpack[AssignPatch]) -> AssignJob | None:
         """Re-queue a failed or timed-out job for its next attempt (no retry budget check)."""
         require_id(job_id, "job_id")
-        check_patch_values(patch)
+        changes = dict(patch)
+        check_patch_values(changes)
         with self.unit_of_work() as uow:
             job = lock_job(uow, job_id)
-            return None if job is None else retry(uow, job, patch)
+            return None if job is None else retry(uow, job, changes)

@@ -9,12 +9,14 @@ from sqlalchemy import select, update
 from hubstore.ids import now_ms, uuidv7
 from hubstore.models import HUMAN_DEFAULT_ACTIONS, HUMAN_KINDS, HUMAN_STATES, HumanRequest, table_of
 from hubstore.services.base import Operations, natural_order, resolve_now, update_row
+from hubstore.types import HumanDefaultAction, HumanKind, HumanState
 from hubstore.validation import (
     json_value,
+    lookup_key,
     optional_id,
+    require_duration,
     require_enum,
     require_id,
-    require_int,
     require_text,
 )
 
@@ -24,9 +26,9 @@ _requests = table_of(HumanRequest)
 class HumanRequestOps(Operations):
     """Requests that wait for a person."""
 
-    def insert_human_request(self, requester_agent: str, kind: str, prompt: str,
+    def insert_human_request(self, requester_agent: str, kind: HumanKind, prompt: str,
                              requested_schema: Any = None, deadline_ms: int = 300_000,
-                             default_action: str = "decline",
+                             default_action: HumanDefaultAction = "decline",
                              correlation_id: str | None = None,
                              trace_id: str | None = None) -> HumanRequest:
         """A pending request; ``deadline_ms`` is a duration, stored as now + duration."""
@@ -34,7 +36,7 @@ class HumanRequestOps(Operations):
         require_enum(kind, HUMAN_KINDS, "kind")
         require_text(prompt, "prompt")
         schema = json_value(requested_schema, "requested_schema", default={})
-        duration = require_int(deadline_ms, "deadline_ms", minimum=0)
+        duration = require_duration(deadline_ms, "deadline_ms")
         require_enum(default_action, HUMAN_DEFAULT_ACTIONS, "default_action")
         optional_id(correlation_id, "correlation_id")
         optional_id(trace_id, "trace_id")
@@ -51,10 +53,12 @@ class HumanRequestOps(Operations):
 
     def get_human_request(self, request_id: str) -> HumanRequest | None:
         """The request, or None."""
+        lookup_key(request_id, "request_id")
         with self.unit_of_work(write=False) as uow:
             return uow.session.get(HumanRequest, request_id)
 
-    def update_human_request(self, request_id: str, state: str, response: Any = None) -> bool:
+    def update_human_request(self, request_id: str, state: HumanState,
+                             response: Any = None) -> bool:
         """Set the state and the response (None stores SQL NULL); True when it exists."""
         require_id(request_id, "request_id")
         require_enum(state, HUMAN_STATES, "state")

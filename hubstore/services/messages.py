@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import bindparam, insert, select, text, union_all
 
 from hubstore.ids import now_ms, uuidv7
+from hubstore.jsontype import dumps
 from hubstore.models import (
     MESSAGE_STATUSES,
     MESSAGE_TYPES,
@@ -18,14 +19,17 @@ from hubstore.models import (
     table_of,
 )
 from hubstore.services.base import Operations, Prepared, update_row
+from hubstore.types import MessageStatus, MessageType
 from hubstore.validation import (
     as_number,
     json_value,
+    lookup_key,
     optional_id,
+    require_duration,
     require_enum,
     require_id,
     require_int,
-    require_text,
+    require_key,
     string_list,
 )
 
@@ -56,6 +60,45 @@ def feed_topics(uow: UnitOfWork, agent_id: str, wanted: list[str]) -> list[str]:
         agent_topics = found["topics_json"] if found else []
         wanted = [t for t in agent_topics or [] if isinstance(t, str)]
     return list(dict.fromkeys(wanted))
+
+
+#: Up to this many topics, the poll is one index range scan per topic (a UNION ALL branch
+#: each, cut at the limit). Beyond it (SQLite refuses compound SELECTs of 500 terms), one
+#: branch takes every topic from a bound JSON array: the index finds each topic's
+#: messages, which are then sorted (it reads them all, rather than `limit` per topic).
+UNION_TOPICS = 200
+#: The many-topics branch's condition per dialect; :p_topics is a JSON array of strings.
+_TOPIC_IN_ARRAY = {
+    "sqlite": text("messages.topic IN (SELECT value FROM json_each(:p_topics))"),
+    "postgresql": text(
+        "messages.topic IN (SELECT jsonb_array_elements_text(CAST(:p_topics AS jsonb)))"),
+}
+
+
+def poll_rows(uow: UnitOfWork, agent_id: str, limit: int,
+              topics: list[str]) -> list[dict[str, Any]]:
+    """The newest ``limit`` messages to the agent or to one of ``topics`` (no duplicates)."""
+    params: dict[str, Any] = {"p_agent_id": agent_id, "p_limit": limit}
+    if len(topics) > UNION_TOPICS:
+        params["p_topics"] = dumps(topics)
+        return _many_topics_statement(uow.dialect).rows(uow, params)
+    params.update({f"p_topic_{k}": topic for k, topic in enumerate(topics)})
+    return _poll_statement(len(topics)).rows(uow, params)
+
+
+@functools.cache
+def _many_topics_statement(dialect: str) -> Prepared:
+    """The poll query for more than UNION_TOPICS topics, built once per dialect."""
+    limit: Any = bindparam("p_limit")
+    direct = (select(_messages).where(_messages.c.to_agent == bindparam("p_agent_id"))
+              .order_by(*_newest_first).limit(limit))
+    feed = (select(_messages)
+            .where(_TO_A_TOPIC, _TOPIC_IN_ARRAY[dialect],
+                   _messages.c.to_agent != bindparam("p_agent_id"))
+            .order_by(*_newest_first).limit(limit))
+    merged = union_all(direct.subquery().select(), feed.subquery().select()).subquery()
+    return Prepared(select(merged).order_by(merged.c.created_at_ms.desc(), merged.c.id.desc())
+                    .limit(limit), _messages)
 
 
 @functools.lru_cache(maxsize=64)
@@ -89,17 +132,17 @@ def clamp_poll_limit(value: object) -> int:
 class MessageOps(Operations):
     """The message audit log."""
 
-    def audit_log(self, type: str, from_agent: str, to_agent: str, topic: str,
+    def audit_log(self, type: MessageType, from_agent: str, to_agent: str, topic: str,
                   priority: int = 5, ttl_ms: int = 300_000, payload: Any = None,
                   trace_id: str | None = None, correlation_id: str | None = None,
-                  status: str = "queued") -> Message:
+                  status: MessageStatus = "queued") -> Message:
         """Record a message; ids default to fresh UUIDv7s and the payload to {}."""
         require_enum(type, MESSAGE_TYPES, "type")
         require_id(from_agent, "from_agent")
         require_id(to_agent, "to_agent")
-        require_text(topic, "topic")
+        require_key(topic, "topic")
         require_int(priority, "priority", minimum=1, maximum=9)
-        require_int(ttl_ms, "ttl_ms", minimum=0)
+        require_duration(ttl_ms, "ttl_ms")
         body = json_value(payload, "payload", default={})
         optional_id(trace_id, "trace_id")
         optional_id(correlation_id, "correlation_id")
@@ -116,21 +159,23 @@ class MessageOps(Operations):
             _INSERT.run(uow, row)
             return Message.from_row(row)
 
-    def enqueue_message(self, type: str, from_agent: str, to_agent: str, topic: str,
+    def enqueue_message(self, type: MessageType, from_agent: str, to_agent: str, topic: str,
                         priority: int = 5, ttl_ms: int = 300_000, payload: Any = None,
                         trace_id: str | None = None, correlation_id: str | None = None,
-                        status: str = "queued") -> Message:
+                        status: MessageStatus = "queued") -> Message:
         """The same as audit_log (kept for compatibility)."""
         return self.audit_log(type, from_agent, to_agent, topic, priority, ttl_ms, payload,
                               trace_id, correlation_id, status)
 
     def get_message(self, id: str) -> Message | None:
         """The message, or None."""
+        lookup_key(id, "id")
         with self.unit_of_work(write=False) as uow:
             return uow.session.get(Message, id)
 
     def get_response_by_correlation(self, correlation_id: str) -> Message | None:
         """The newest response with that correlation id."""
+        lookup_key(correlation_id, "correlation_id")
         with self.unit_of_work(write=False) as uow:
             return uow.session.scalars(
                 select(Message).where(Message.correlation_id == correlation_id,
@@ -139,12 +184,13 @@ class MessageOps(Operations):
 
     def get_messages_by_trace(self, trace_id: str) -> list[Message]:
         """Every message of a trace, oldest first."""
+        lookup_key(trace_id, "trace_id")
         with self.unit_of_work(write=False) as uow:
             return list(uow.session.scalars(
                 select(Message).where(Message.trace_id == trace_id)
                 .order_by(Message.created_at_ms, Message.id)))
 
-    def update_message_status(self, id: str, status: str) -> bool:
+    def update_message_status(self, id: str, status: MessageStatus) -> bool:
         """Set a message's status; True when it exists."""
         require_id(id, "id")
         require_enum(status, MESSAGE_STATUSES, "status")
@@ -164,10 +210,7 @@ class MessageOps(Operations):
         wanted = string_list(include_topics, "include_topics") if include_topics else []
         with self.unit_of_work(write=False) as uow:
             topics = feed_topics(uow, agent_id, wanted)
-            params: dict[str, Any] = {"p_agent_id": agent_id, "p_limit": limit}
-            params.update({f"p_topic_{k}": topic for k, topic in enumerate(topics)})
-            rows = _poll_statement(len(topics)).rows(uow, params)
-            return [Message.from_row(row) for row in rows]
+            return [Message.from_row(row) for row in poll_rows(uow, agent_id, limit, topics)]
 
     def get_audit_messages_for_agent(self, agent_id: str, max_messages: object = DEFAULT_POLL,
                                      include_topics: Iterable[str] | None = None
@@ -177,11 +220,14 @@ class MessageOps(Operations):
 
     def deliver_to_agent(self, message_id: str, agent_id: str) -> bool:
         """True when the message exists and an agent id was given (nothing is written)."""
+        lookup_key(message_id, "message_id")
+        lookup_key(agent_id, "agent_id")
         with self.unit_of_work(write=False) as uow:
             return bool(agent_id) and uow.get_message(message_id) is not None
 
     def deliver_to_topic(self, message_id: str, topic: str) -> int:
         """How many non-offline agents follow the topic (nothing is written)."""
+        lookup_key(message_id, "message_id")
         with self.unit_of_work(write=False) as uow:
             return len(uow.get_agents_by_topic(topic))
 

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Unpack
 
 from sqlalchemy import delete, select
 
 from hubstore.ids import now_ms
 from hubstore.models import PipelineState, table_of
 from hubstore.services.base import Operations, upsert
-from hubstore.validation import json_value, optional_int, require_id, require_text
+from hubstore.types import PipelineFields
+from hubstore.validation import json_value, lookup_key, optional_int, require_id, require_text
 
 _pipelines = table_of(PipelineState)
 _INT_FIELDS = ("fix_attempt", "fix_max", "ralph_iteration", "ralph_max")
@@ -21,12 +22,15 @@ class PipelineOps(Operations):
 
     def get_pipeline_state(self, team_name: str) -> PipelineState | None:
         """The team's state, or None."""
+        lookup_key(team_name, "team_name")
         with self.unit_of_work(write=False) as uow:
             return uow.session.get(PipelineState, team_name)
 
-    def save_pipeline_state(self, team_name: str, **fields: Any) -> PipelineState:
+    def save_pipeline_state(self, team_name: str,
+                            **changes: Unpack[PipelineFields]) -> PipelineState:
         """Insert the team's state, or update the named fields of it."""
         require_id(team_name, "team_name")
+        fields = dict(changes)
         unknown = sorted(set(fields) - set(_FIELDS))
         if unknown:
             raise_unknown(unknown)
@@ -52,6 +56,7 @@ class PipelineOps(Operations):
 
     def remove_pipeline_state(self, team_name: str) -> bool:
         """Delete the team's state; True when there was one."""
+        lookup_key(team_name, "team_name")
         with self.unit_of_work() as uow:
             result = uow.connection.execute(
                 delete(_pipelines).where(_pipelines.c.team_name == team_name))

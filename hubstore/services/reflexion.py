@@ -36,11 +36,18 @@ from hubstore.jsontype import dumps
 from hubstore.models import REFLEXION_TYPES, ReflexionEntry, table_of
 from hubstore.reflexion import recalc_confidence
 from hubstore.services.base import Operations, Prepared, const, resolve_now
+from hubstore.types import ReflexionType
 from hubstore.validation import (
+    MAX_PATTERN_BYTES,
     json_object,
+    lookup_key,
+    require_duration,
     require_enum,
     require_id,
     require_int,
+    require_key,
+    require_number,
+    require_str,
     require_text,
 )
 
@@ -85,6 +92,7 @@ def check_context_filter(context: object) -> dict[str, Any]:
     for key, value in context.items():
         if not isinstance(key, str):
             raise ValidationError(f"context keys must be strings, got {key!r}")
+        require_str(key, "a context key")
         if value is not None and not isinstance(value, str | int | float):
             raise ValidationError(
                 f"context[{key!r}] must be a string, number, boolean or None to filter by, "
@@ -269,10 +277,10 @@ class ReflexionOps(Operations):
 
     def add_reflexion(self, error_pattern: str, error_message: str, solution: str,
                       context: dict[str, Any] | None = None, solution_code: str | None = None,
-                      type: str = "reflexion",
+                      type: ReflexionType = "reflexion",
                       adaptive_state: dict[str, Any] | None = None) -> ReflexionEntry:
         """A new entry with confidence 0.5 and one hit."""
-        require_text(error_pattern, "error_pattern")
+        require_key(error_pattern, "error_pattern", MAX_PATTERN_BYTES)
         require_text(error_message, "error_message")
         require_text(solution, "solution")
         ctx = json_object(context, "context")
@@ -294,6 +302,7 @@ class ReflexionOps(Operations):
 
     def get_reflexion(self, id: str) -> ReflexionEntry | None:
         """The entry, or None."""
+        lookup_key(id, "id")
         with self.unit_of_work(write=False) as uow:
             return uow.session.get(ReflexionEntry, id)
 
@@ -304,7 +313,7 @@ class ReflexionOps(Operations):
         Both by confidence, highest first. Every non-None context value is an equality
         filter on that key of the stored context (True never matches 1).
         """
-        require_text(error_pattern, "error_pattern")
+        lookup_key(error_pattern, "error_pattern")
         filters = check_context_filter(context)
         signature = tuple((key, _kind(value)) for key, value in filters.items())
         needle = first_utf16_units(error_pattern, NEEDLE_UTF16_UNITS)
@@ -342,14 +351,13 @@ class ReflexionOps(Operations):
     def prune_reflexion(self, max_age_ms: int = THIRTY_DAYS_MS, min_confidence: float = 0.2,
                         now_ms: int | None = None) -> int:
         """Delete entries both older than max_age and below min_confidence."""
-        require_int(max_age_ms, "max_age_ms", minimum=0)
-        if isinstance(min_confidence, bool) or not isinstance(min_confidence, int | float):
-            raise ValidationError(f"min_confidence must be a number, got {min_confidence!r}")
+        require_duration(max_age_ms, "max_age_ms")
+        threshold = require_number(min_confidence, "min_confidence")
         now = resolve_now(now_ms)
         with self.unit_of_work() as uow:
             result = uow.connection.execute(
                 delete(_entries).where(_entries.c.updated_at_ms < now - max_age_ms,
-                                       _entries.c.confidence < min_confidence))
+                                       _entries.c.confidence < threshold))
             return int(result.rowcount)
 
     def list_reflexion(self, type: str | None = None, min_confidence: float | None = None,

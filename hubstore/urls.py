@@ -1,0 +1,96 @@
+"""Database URLs: resolving the one a store opens, and the SQLite file behind one."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from platformdirs import user_data_dir
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+from hubstore.errors import ValidationError
+
+ENV_URL = "HUBSTORE_URL"
+
+
+def default_url() -> str:
+    """The embedded default: a SQLite file in the user's data directory."""
+    return f"sqlite:///{Path(user_data_dir('hubstore')) / 'hub.db'}"
+
+
+#: The URL forms hubstore opens, for error messages.
+SUPPORTED_FORMS = ("sqlite:///PATH (a file; also sqlite+pysqlite:///PATH) and "
+                   "postgresql://USER@HOST:PORT/DB (also postgresql+psycopg://..., psycopg 3)")
+_DRIVERS = {"sqlite": ("pysqlite",), "postgresql": ("psycopg",)}
+
+
+def resolve_url(url: str | URL | None = None) -> URL:
+    """The given URL, else $HUBSTORE_URL, else the embedded default, checked up front.
+
+    Refused with ValidationError, before anything is created: an empty or unreadable
+    URL, a driver other than pysqlite and psycopg 3 (``postgresql+psycopg2``,
+    ``+asyncpg``, ``sqlite+aiosqlite``, MySQL...), a port outside 1..65535, and an
+    in-memory SQLite database (``sqlite://``, ``sqlite:///:memory:``: each connection
+    would see a database of its own, never migrated). ``~`` in a SQLite path is expanded.
+    """
+    raw = url if url is not None else os.environ.get(ENV_URL) or default_url()
+    if isinstance(raw, str) and not raw.strip():
+        raise ValidationError(f"the database URL is empty; hubstore supports {SUPPORTED_FORMS}")
+    try:
+        parsed = make_url(raw)
+    except (ArgumentError, ValueError, TypeError) as exc:
+        raise ValidationError(
+            f"cannot read the database URL {_hide_password(raw)!r} ({exc}); "
+            f"hubstore supports {SUPPORTED_FORMS}") from exc
+    backend = parsed.get_backend_name()
+    driver = parsed.drivername.partition("+")[2]
+    if backend not in _DRIVERS or (driver and driver not in _DRIVERS[backend]):
+        raise ValidationError(
+            f"hubstore supports {SUPPORTED_FORMS}, not {parsed.drivername}:// URLs")
+    if backend == "postgresql":
+        if parsed.port is not None and not 1 <= parsed.port <= 65535:
+            raise ValidationError(f"the port {parsed.port} is not between 1 and 65535")
+        return parsed.set(drivername="postgresql+psycopg")
+    database = parsed.database or ""
+    if database in ("", ":memory:") or "mode=memory" in database:
+        raise ValidationError(
+            "hubstore does not open in-memory SQLite databases (each connection would see "
+            "an empty database of its own); use a file, for example a temporary one: "
+            "sqlite:////tmp/hub-test.db, or the hubstore.testing plugin's hub_store fixture")
+    if database.startswith("~"):
+        parsed = parsed.set(database=str(Path(database).expanduser()))
+    return parsed
+
+
+def _hide_password(raw: object) -> str:
+    """The URL as text, with any password masked (it appears in error messages)."""
+    text = str(raw)
+    scheme, sep, rest = text.partition("://")
+    userinfo, at, host = rest.rpartition("@")
+    if sep and at and ":" in userinfo:
+        return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}"
+    return text
+
+
+def sqlite_path(url: URL) -> Path | None:
+    """The file of a SQLite URL, or None for an in-memory database."""
+    if url.get_backend_name() != "sqlite":
+        return None
+    database = url.database or ""
+    if database in ("", ":memory:") or database.startswith("file:"):
+        return None
+    return Path(database).expanduser()
+
+
+def ensure_sqlite_file(url: URL) -> None:
+    """Create a missing SQLite file with mode 0600, and its folders with mode 0700."""
+    path = sqlite_path(url)
+    if path is None or path.exists():
+        return
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)
