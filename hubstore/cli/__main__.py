@@ -1,0 +1,5 @@
+"""``python -m hubstore.cli``."""
+
+from hubstore.cli import main
+
+main()

@@ -1,0 +1,261 @@
+"""``hubstore db ...``: migrations, check, backup and prune."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+import alembic.command
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from sqlalchemy.engine import URL
+
+from hubstore import health, migrations
+from hubstore.cli.common import (
+    Duration,
+    UsageFailure,
+    err,
+    exit_with,
+    main,
+    reported,
+    shown,
+    url_option,
+)
+from hubstore.engine import sqlite_path
+from hubstore.store import HubStore
+
+#: The reference's schema version for each revision that adopts one.
+ADOPTED_SCHEMA = {rev: version for version, rev in migrations.LEGACY_REVISIONS.items()}
+
+
+@main.group()
+def db() -> None:
+    """Migrate, check, back up and prune the hub database."""
+
+
+def _revision(url: URL) -> str:
+    with reported("reading the revision", url):
+        return migrations.current(url) or "base"
+
+
+def _existing(url: URL) -> None:
+    """A read-only command's database must exist (nothing is created)."""
+    with reported("opening", url):
+        health.require_file(url)
+
+
+@db.command()
+@click.argument("revision", default="head")
+@click.option("--sql", is_flag=True,
+              help="Print the SQL instead of running it (no database is opened).")
+@url_option
+def upgrade(revision: str, sql: bool, url: URL) -> None:
+    """Migrate up to REVISION (default: head), adopting a triflux database first."""
+    if sql:
+        with reported("writing the SQL of the upgrade", url):
+            alembic.command.upgrade(migrations.alembic_config(url), revision, sql=True)
+        return
+    before = _revision(url)
+    adopted = _legacy_layout(url) if before == "base" else None
+    _make_folders(url)
+    with reported("upgrade", url):
+        migrations.upgrade(url, revision)
+    after = _revision(url)
+    if adopted is not None:
+        click.echo(f"{shown(url)}: adopted triflux schema {ADOPTED_SCHEMA[adopted]} as "
+                   f"{adopted}, upgraded to {after}")
+    elif after == before:
+        at = f"head {after}" if after == migrations.head() else after
+        click.echo(f"{shown(url)}: already at {at}, nothing to do")
+    else:
+        click.echo(f"{shown(url)}: upgraded from {before} to {after}")
+
+
+def _legacy_layout(url: URL) -> str | None:
+    """The revision a legacy triflux database would be stamped with (None: no hub tables,
+    or no database yet). Refuses an unknown layout, as the upgrade itself would."""
+    path = sqlite_path(url)
+    if path is not None and not path.exists():
+        return None
+    with reported("upgrade", url), health.read_only(url) as conn:
+        return migrations.legacy_revision(conn)
+
+
+def _make_folders(url: URL) -> None:
+    """Create a new SQLite file's missing folders, under an existing, writable one only."""
+    path = sqlite_path(url)
+    if path is None or path.parent.exists():
+        return
+    ancestor = next(p for p in path.absolute().parents if p.exists())
+    if not ancestor.is_dir() or not os.access(ancestor, os.W_OK | os.X_OK):
+        raise click.ClickException(
+            f"upgrade of {shown(url)} failed: {path.parent} does not exist and {ancestor} "
+            "is not a writable folder to create it in (check the path)")
+    path.parent.mkdir(mode=0o700, parents=True)
+    click.echo(f"created the folder {path.parent} (in {ancestor})", err=True)
+
+
+@db.command()
+@click.argument("revision")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask before removing every hub table.")
+@url_option
+def downgrade(revision: str, yes: bool, url: URL) -> None:
+    """Migrate down to REVISION ("base" removes every hub table and its rows)."""
+    _existing(url)
+    before = _revision(url)
+    if revision == "base" and before != "base" and not yes:
+        click.confirm(f"Downgrading {shown(url)} to base removes every hub table and all "
+                      "their rows. Continue?", abort=True, err=True)
+    with reported("downgrade", url):
+        migrations.downgrade(url, revision)
+    after = _revision(url)
+    if after == before:
+        click.echo(f"{shown(url)}: already at {after}, nothing to do")
+    else:
+        click.echo(f"{shown(url)}: downgraded from {before} to {after}")
+
+
+@db.command()
+@click.argument("revision")
+@url_option
+def stamp(revision: str, url: URL) -> None:
+    """Record REVISION as the database's revision without migrating anything."""
+    _existing(url)
+    before = _revision(url)
+    with reported("stamp", url):
+        alembic.command.stamp(migrations.alembic_config(url), revision)
+    after = _revision(url)
+    if after == before:
+        click.echo(f"{shown(url)}: already stamped {after}, nothing to do")
+    else:
+        click.echo(f"{shown(url)}: stamped {after} (was {before}); no migration ran")
+
+
+def _marks(revision: str, at: str | None) -> str:
+    marks = [m for m, on in (("head", revision in migrations.script_directory().get_heads()),
+                             ("current", revision == at)) if on]
+    return "".join(f" ({m})" for m in marks)
+
+
+@db.command()
+@url_option
+def current(url: URL) -> None:
+    """Print the database's revision ("base" when it has none)."""
+    _existing(url)
+    revision, head = _revision(url), migrations.head()
+    click.echo(f"{revision} {'(head)' if revision == head else f'(head is {head})'}")
+
+
+@db.command()
+@url_option
+def heads(url: URL) -> None:
+    """Print the head revision(s) of this hubstore, marking the database's own."""
+    _existing(url)
+    at = _revision(url)
+    for rev in migrations.script_directory().get_heads():
+        click.echo(f"{rev}{_marks(rev, at)}")
+
+
+@db.command()
+@url_option
+def history(url: URL) -> None:
+    """List the revisions, oldest first, marking the database's own."""
+    _existing(url)
+    at = _revision(url)
+    script = migrations.script_directory()
+    for rev in reversed(list(script.walk_revisions())):
+        title = rev.doc.splitlines()[0] if rev.doc else ""
+        click.echo(f"{rev.revision}  {title}{_marks(rev.revision, at)}")
+    if at == "base":
+        click.echo(f"({shown(url)} has no revision yet)")
+
+
+@db.command()
+@url_option
+def check(url: URL) -> None:
+    """Check the database's health, reading only; exit 1 with one finding a line.
+
+    SQLite: integrity_check and foreign_key_check. Both dialects: CHECK constraints,
+    the revision at head, the models and the schema in agreement, the figures equal
+    to counting the rows.
+    """
+    _existing(url)
+    with reported("check", url):
+        findings = health.check(url)
+    for finding in findings:
+        click.echo(finding)
+    if findings:
+        exit_with(1)
+    click.echo(f"{shown(url)}: healthy (revision {migrations.head()})")
+
+
+@db.command()
+@click.argument("dest", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--force", is_flag=True, help="Replace DEST if it exists.")
+@url_option
+def backup(dest: Path, force: bool, url: URL) -> None:
+    """Copy the SQLite database to DEST (a file), consistently, while writers go on.
+
+    PostgreSQL databases are backed up with pg_dump.
+    """
+    source = sqlite_path(url)
+    if source is None:
+        raise UsageFailure(
+            f"{shown(url)} is a PostgreSQL database: back it up with pg_dump, e.g. "
+            f"`pg_dump --format=custom --file {dest} '{shown(url)}'` (restore it with "
+            "pg_restore --dbname URL FILE)")
+    _existing(url)
+    if dest.exists() and not force:
+        raise click.ClickException(f"backup of {shown(url)} failed: {dest} exists "
+                                   "(pass --force to replace it)")
+    with reported("backup", url):
+        pages = _online_backup(source, dest)
+    click.echo(f"{shown(url)}: backed up to {dest} ({pages} pages, "
+               f"{dest.stat().st_size:,} bytes)")
+
+
+def _online_backup(source: Path, dest: Path) -> int:
+    """SQLite's online backup in one step: one read transaction, so the copy is one
+    consistent state, and in WAL mode writers do not wait for it."""
+    tmp = dest.with_name(f".{dest.name}.part-{os.getpid()}")
+    fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+    os.close(fd)
+    try:
+        src = sqlite3.connect(f"{source.absolute().as_uri()}?mode=ro", uri=True)
+        try:
+            copy = sqlite3.connect(tmp)
+            try:
+                src.backup(copy)
+                pages = int(copy.execute("PRAGMA page_count").fetchone()[0])
+            finally:
+                copy.close()
+        finally:
+            src.close()
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, dest)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return pages
+
+
+@db.command()
+@click.option("--older-than", "older_than", type=Duration(), required=True,
+              help="Delete messages older than this: 30d, 12h, 15m or 45s.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Messages deleted per transaction.")
+@url_option
+def prune(older_than: int, batch_size: int, url: URL) -> None:
+    """Delete old messages with their inbox rows and dead letters; print how many."""
+    _existing(url)
+    with reported("prune", url), HubStore.open(url) as store:
+        total = store.count_messages_before(older_than)
+        columns = (TextColumn("pruning messages"), BarColumn(), MofNCompleteColumn(),
+                   TimeElapsedColumn())
+        with Progress(*columns, console=err(), transient=False) as bar:
+            task = bar.add_task("prune", total=total)
+            deleted = store.prune_messages(
+                older_than, batch_size=batch_size,
+                progress=lambda n: bar.update(task, advance=n))
+    click.echo(deleted)

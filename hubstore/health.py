@@ -1,0 +1,158 @@
+"""Health checks of a hub database (``hubstore db check``), and read-only connections.
+
+Everything here only reads. A SQLite file is opened with ``mode=ro`` and no pragma that
+writes (no journal-mode switch): the database file keeps its bytes and its mtime.
+SQLite itself may leave empty ``-wal``/``-shm`` files beside a WAL database that no other
+process had open (a read-only connection cannot remove them).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import SimpleNamespace
+from typing import Any, cast
+
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import (
+    CheckConstraint,
+    Connection,
+    create_engine,
+    func,
+    inspect,
+    select,
+    text,
+)
+from sqlalchemy.engine import URL
+from sqlalchemy.pool import NullPool
+
+from hubstore import migrations
+from hubstore.engine import sqlite_path
+from hubstore.models import metadata
+
+
+class MissingDatabase(FileNotFoundError):
+    """A SQLite URL names a file that does not exist."""
+
+
+def require_file(url: URL) -> None:
+    """Raise MissingDatabase for a SQLite URL whose file is not there."""
+    path = sqlite_path(url)
+    if path is not None and not path.exists():
+        raise MissingDatabase(f"there is no SQLite database at {path}")
+
+
+@contextmanager
+def read_only(url: URL) -> Iterator[Connection]:
+    """A connection in a read-only transaction. SQLite: ``mode=ro``, nothing created."""
+    require_file(url)
+    path = sqlite_path(url)
+    if path is None:
+        engine = create_engine(url, poolclass=NullPool)
+    else:
+        uri = f"{path.absolute().as_uri()}?mode=ro"
+        engine = create_engine("sqlite://", poolclass=NullPool,
+                               creator=lambda: sqlite3.connect(uri, uri=True))
+    try:
+        with engine.connect() as conn:
+            if conn.dialect.name == "postgresql":
+                conn.exec_driver_sql("SET TRANSACTION READ ONLY")
+            yield conn
+            conn.rollback()
+    finally:
+        engine.dispose()
+
+
+def check(url: URL) -> list[str]:
+    """Every finding about the database at ``url``, one line each (empty: healthy)."""
+    with read_only(url) as conn:
+        sqlite = conn.dialect.name == "sqlite"
+        findings: list[str] = []
+        if sqlite:
+            findings += sqlite_findings(conn)
+        at, head = _revision(conn), migrations.head()
+        if at != head:
+            findings.append(f"alembic_version: the revision is {at or 'none'}, the head is "
+                            f"{head} (run `hubstore db upgrade`)")
+            return findings  # the models describe the head's schema only
+        findings += check_constraint_findings(conn)
+        findings += drift_findings(conn)
+        findings += figure_findings(conn)
+        return findings
+
+
+def _revision(conn: Connection) -> str | None:
+    heads = MigrationContext.configure(conn).get_current_heads()
+    return heads[0] if heads else None
+
+
+def sqlite_findings(conn: Connection) -> list[str]:
+    """SQLite's integrity_check (b-trees, indexes, NOT NULL) and foreign_key_check."""
+    findings = [f"integrity: {row[0]}"
+                for row in conn.exec_driver_sql("PRAGMA integrity_check") if row[0] != "ok"]
+    for table, rowid, parent, _fk in conn.exec_driver_sql("PRAGMA foreign_key_check"):
+        findings.append(f"foreign key: {table} row {rowid} has no parent row in {parent}")
+    return findings
+
+
+def check_constraint_findings(conn: Connection) -> list[str]:
+    """Rows that break a CHECK constraint of the models. (A read-only SQLite connection's
+    integrity_check skips CHECK constraints, so they are queried.)"""
+    findings = []
+    for table in metadata.sorted_tables:
+        for constraint in table.constraints:
+            if not isinstance(constraint, CheckConstraint):
+                continue
+            bad = conn.scalar(select(func.count()).select_from(table)
+                              .where(text(f"NOT ({constraint.sqltext})")))
+            if bad:
+                findings.append(f"check constraint: {table.name} has {bad} row(s) breaking "
+                                f"{constraint.name} ({constraint.sqltext})")
+    return findings
+
+
+def drift_findings(conn: Connection) -> list[str]:
+    """Where the schema and the models disagree (Alembic's autogenerate comparison)."""
+    context = MigrationContext.configure(conn, opts={
+        "include_object": migrations.include_object, "compare_type": True})
+    return [f"schema: {_describe(diff)}" for diff in compare_metadata(context, metadata)]
+
+
+def _describe(diff: Any) -> str:
+    if isinstance(diff, list):  # column modifications come as a list of tuples
+        return "; ".join(_describe(d) for d in diff)
+    kind, *rest = diff
+    names = []
+    for item in rest:
+        name = getattr(item, "name", None)
+        table = getattr(getattr(item, "table", None), "name", None)
+        if name is not None:
+            names.append(f"{table}.{name}" if table and table != name else str(name))
+        elif isinstance(item, str):
+            names.append(item)
+    what = {"add_index": "index missing from the database",
+            "remove_index": "index the models do not have",
+            "add_table": "table missing from the database",
+            "remove_table": "table the models do not have",
+            "add_column": "column missing from the database",
+            "remove_column": "column the models do not have",
+            "modify_type": "column type differs",
+            "modify_nullable": "column nullability differs"}.get(kind, kind)
+    return f"{what}: {' '.join(names)}"
+
+
+def figure_findings(conn: Connection) -> list[str]:
+    """The trigger-kept counters against counting the rows."""
+    from hubstore.services import stats
+
+    names = set(inspect(conn).get_table_names())
+    if "hub_counters" not in names:
+        return []
+    query = (stats._FIGURES_WITH_DELTAS if "hub_counter_deltas" in names
+             else select(stats.hub_counters.c.name, stats.hub_counters.c.value))
+    kept = {str(n): int(v) for n, v in conn.execute(query)}
+    plain = stats.plain_counts(cast(Any, SimpleNamespace(connection=conn)))
+    return [f"figures: hub_counters says {name} = {kept.get(name)}, the rows count {value}"
+            for name, value in sorted(plain.items()) if kept.get(name) != value]
