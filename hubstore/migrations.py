@@ -16,9 +16,10 @@ import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import alembic.command
+from alembic.autogenerate.api import AutogenContext
 from alembic.config import Config
 from alembic.runtime.environment import EnvironmentContext
 from alembic.runtime.migration import MigrationContext
@@ -270,6 +271,14 @@ def include_object(obj: Any, name: str | None, type_: str, reflected: bool,
     return not (type_ == "table" and reflected and compare_to is None)
 
 
+def render_item(type_: str, obj: Any, autogen_context: AutogenContext) -> str | Literal[False]:
+    """Autogenerate: hubstore's JSON column type, imported by the revision that uses it."""
+    if type_ == "type" and isinstance(obj, JSONText):
+        autogen_context.imports.add("from hubstore.jsontype import JSONText")
+        return f"JSONText({obj.fallback!r})"
+    return False  # Alembic's own rendering
+
+
 def run_env(context: EnvironmentContext) -> None:
     """The body of alembic/env.py."""
     if context.is_offline_mode():
@@ -293,6 +302,7 @@ def run_env(context: EnvironmentContext) -> None:
         context.configure(
             connection=conn, target_metadata=metadata, include_object=include_object,
             render_as_batch=sqlite, transaction_per_migration=False, compare_type=True,
+            render_item=render_item,
             on_version_apply=lambda step, **_: applied.append(step.up_revision_id or ""))
         with context.begin_transaction():
             context.run_migrations()
