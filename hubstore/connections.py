@@ -1,102 +1,136 @@
-"""Where units of work get their connection, and how SQLite writers take turns.
+"""Where units of work get their connection.
 
-PostgreSQL: from the engine's pool, returned after each unit of work (pool_pre_ping
-checks it on the way out). SQLite: each thread keeps one connection to the file and
-reuses it from one unit of work to the next. Checking a connection out of the pool and
-back in cost as much as the statement it ran; an idle SQLite connection holds no lock
-and blocks no checkpoint.
+PostgreSQL: from the engine's pool, returned after each unit of work; read-only units of
+work run as READ ONLY transactions. SQLite: each thread keeps two connections to the file,
+one for writing and one that refuses writes (``query_only``), and reuses them from one
+unit of work to the next: checking a connection out of a pool and back in cost as much
+as the statement it ran, and an idle SQLite connection holds no lock and blocks no
+checkpoint. A thread's connections are closed when the thread ends, and all of them by
+:meth:`ConnectionSource.close`.
 
-SQLite's own wait for the write lock is a sleep-and-retry loop with growing sleeps:
-under load from several processes it is unfair (one process waited 2.7 s while others
-wrote hundreds of jobs) and can end in "database is locked". Writing units of work
-therefore queue first on an flock of a small file beside the database (``PATH.lock``),
-which the kernel hands over as soon as it is free, then BEGIN IMMEDIATE, which then
-rarely waits. Writers that do not use hubstore still meet SQLite's own lock.
+After ``fork()`` a child never touches its parent's connections: the first use in the
+child drops them without closing them (SQLAlchemy's recipe for pools across fork) and
+starts afresh.
 """
 
 from __future__ import annotations
 
-import fcntl
+import contextlib
 import os
 import threading
-from pathlib import Path
+import weakref
+from typing import Any
 
 from sqlalchemy import Connection, Engine
 
-from hubstore.engine import sqlite_path
+from hubstore import sqlite
+from hubstore.urls import sqlite_path
 
 
-class WriterQueue:
-    """An exclusive flock that orders the writing units of work of every process."""
+class _Kept:
+    """One thread's SQLite connections (write, read), closed when the thread ends."""
 
-    def __init__(self, database: Path) -> None:
-        self.path = database.with_name(database.name + ".lock")
-        self._local = threading.local()
+    def __init__(self) -> None:
+        self.conns: list[Connection | None] = [None, None]
+        self.busy = [False, False]
+        self.finalizer = weakref.finalize(self, _close_all, self.conns)
 
-    def _fd(self) -> int:
-        local = self._local
-        if getattr(local, "pid", None) != os.getpid():
-            local.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-            local.pid, local.depth = os.getpid(), 0
-        fd: int = local.fd
-        return fd
 
-    def acquire(self) -> None:
-        """Wait for this thread's turn (re-entrant within a thread)."""
-        fd = self._fd()
-        if self._local.depth == 0:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        self._local.depth += 1
-
-    def release(self) -> None:
-        """Give the turn to the next writer."""
-        self._local.depth -= 1
-        if self._local.depth == 0:
-            fcntl.flock(self._local.fd, fcntl.LOCK_UN)
+def _close_all(conns: list[Connection | None]) -> None:
+    for i, conn in enumerate(conns):
+        conns[i] = None
+        if conn is not None and not conn.closed:
+            with contextlib.suppress(Exception):  # a closed store's, a dead thread's
+                conn.close()
 
 
 class ConnectionSource:
-    """Hands out a connection per unit of work."""
+    """Hands out a connection per unit of work, and the SQLite writers' lock."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, busy_timeout_ms: int = sqlite.BUSY_TIMEOUT_MS
+                 ) -> None:
         self.engine = engine
-        self._keep = engine.dialect.name == "sqlite"
-        self._local = threading.local()
-        self._kept: list[Connection] = []
-        self._lock = threading.Lock()
+        self.is_sqlite = engine.dialect.name == "sqlite"
         path = sqlite_path(engine.url)
         #: SQLite files only: the queue writers take turns in (None elsewhere).
-        self.writers = WriterQueue(path) if path is not None else None
+        self.writers = (sqlite.WriterLock(path, busy_timeout_ms / 1000)
+                        if path is not None else None)
+        self._pid = os.getpid()
+        self._local = threading.local()
+        self._all: weakref.WeakSet[_Kept] = weakref.WeakSet()
+        self._guard = threading.Lock()
 
-    def acquire(self) -> Connection:
+    def _check_fork(self) -> None:
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._local = threading.local()
+            self._all = weakref.WeakSet()
+            self.engine.dispose(close=False)
+
+    def acquire(self, write: bool) -> Connection:
         """A connection with no transaction; give it back with :meth:`release`."""
-        if not self._keep:
-            return self.engine.connect()
-        local = self._local
-        conn: Connection | None = getattr(local, "connection", None)
-        if conn is None or getattr(local, "pid", None) != os.getpid() or conn.closed:
+        self._check_fork()
+        if not self.is_sqlite:
             conn = self.engine.connect()
-            local.connection, local.pid, local.busy = conn, os.getpid(), False
-            with self._lock:
-                self._kept.append(conn)
-        if local.busy:  # a unit of work opened inside another one on this thread
-            return self.engine.connect()
-        local.busy = True
+            if not write:
+                conn.execution_options(postgresql_readonly=True)
+            return conn
+        kept: _Kept | None = getattr(self._local, "kept", None)
+        if kept is None:
+            kept = self._local.kept = _Kept()
+            with self._guard:
+                self._all.add(kept)
+        slot = 0 if write else 1
+        if kept.busy[slot]:  # a second store-level transaction on this thread
+            return self._open(write)
+        kept_conn = kept.conns[slot]
+        if kept_conn is None or kept_conn.closed:
+            kept_conn = kept.conns[slot] = self._open(write)
+        kept.busy[slot] = True
+        return kept_conn
+
+    def _open(self, write: bool) -> Connection:
+        conn = self.engine.connect()
+        if write:
+            conn.execution_options(**{sqlite.BEGIN_MODE: "IMMEDIATE"})
+        else:
+            sqlite.set_query_only(conn, True)
         return conn
 
-    def release(self, conn: Connection) -> None:
-        """Take a connection back after its transaction ended."""
-        if getattr(self._local, "connection", None) is conn:
-            self._local.busy = False
-        else:
+    def release(self, conn: Connection, write: bool, *, broken: bool = False) -> None:
+        """Take a connection back after its transaction ended (``broken``: it could not
+        even roll back, so it is dropped, not reused)."""
+        if broken:
+            with contextlib.suppress(Exception):
+                conn.invalidate()
+        if not self.is_sqlite:
+            with contextlib.suppress(Exception):
+                conn.close()
+            return
+        kept: _Kept | None = getattr(self._local, "kept", None)
+        slot = 0 if write else 1
+        if kept is not None and kept.conns[slot] is conn:
+            kept.busy[slot] = False
+            if not broken:
+                return
+            kept.conns[slot] = None
+        with contextlib.suppress(Exception):
             conn.close()
 
     def close(self) -> None:
-        """Close every kept connection and the engine's pool."""
-        with self._lock:
-            kept, self._kept = self._kept, []
-        for conn in kept:
-            if not conn.closed:
-                conn.close()
+        """Close every kept connection, the lock file and the engine's pool."""
+        with self._guard:
+            every, self._all = list(self._all), weakref.WeakSet()
+        for kept in every:
+            kept.finalizer()
         self._local = threading.local()
+        if self.writers is not None:
+            self.writers.close()
         self.engine.dispose()
+
+    def describe(self) -> dict[str, Any]:
+        """How many kept connections are open (for tests and diagnostics)."""
+        with self._guard:
+            return {"threads": len(self._all),
+                    "open": sum(c is not None and not c.closed
+                                for kept in self._all for c in kept.conns)}

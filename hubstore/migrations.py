@@ -122,23 +122,58 @@ def current(url: URL | str | None = None) -> str | None:
     """The database's revision, or None when it has none. Reads only, creates nothing."""
     resolved = resolve_url(url)
     path = sqlite_path(resolved)
-    if path is not None and not path.exists():
-        return None
+    if path is not None:
+        return _sqlite_revision(path) if path.exists() else None
     engine = _inspecting_engine(resolved)
     try:
         with engine.connect() as conn:
-            heads = MigrationContext.configure(conn).get_current_heads()
+            return read_revision(conn)
     finally:
         engine.dispose()
+
+
+def read_revision(conn: Connection) -> str | None:
+    """The revision in ``alembic_version`` (on the connection's search path), or None.
+
+    Read with a plain SELECT, not Alembic's MigrationContext, which logs at INFO: opening
+    a store at head logs nothing above DEBUG.
+    """
+    if not inspect(conn).has_table("alembic_version"):
+        return None
+    heads = [row[0] for row in conn.execute(text("SELECT version_num FROM alembic_version"))]
     return heads[0] if heads else None
 
 
-def require_current(url: URL | str | None = None) -> None:
-    """Raise SchemaNotCurrent unless the database is at head. Creates and changes nothing."""
+def _sqlite_revision(path: Path) -> str | None:
+    """The revision of a SQLite file, read without creating it or running any pragma.
+
+    ``mode=rw``, not ``mode=ro``: a read-only connection to a WAL file leaves -wal and
+    -shm files behind, which a read-write one removes when it closes.
+    """
+    db = sqlite3.connect(f"{path.absolute().as_uri()}?mode=rw", uri=True)
+    try:
+        found = db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
+                           "AND name = 'alembic_version'").fetchone()
+        if found is None:
+            return None
+        row = db.execute("SELECT version_num FROM alembic_version").fetchone()
+        return None if row is None else str(row[0])
+    finally:
+        db.close()
+
+
+def require_current(url: URL | str | None = None, *, at: str | bool | None = False) -> None:
+    """Raise SchemaNotCurrent unless the database is at head. Creates and changes nothing.
+
+    ``at``: the revision already read (else it is read here).
+    """
     resolved = resolve_url(url)
-    at, want = current(resolved), head()
+    if at is False:
+        at = current(resolved)
+    want = head()
     if at == want:
         return
+    assert not isinstance(at, bool)
     shown = resolved.render_as_string(hide_password=True)
     if at is not None and not is_known(at):
         raise SchemaNotCurrent(

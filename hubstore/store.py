@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -11,10 +13,13 @@ from sqlalchemy import Engine, inspect
 from sqlalchemy.engine import URL
 
 from hubstore.connections import ConnectionSource
-from hubstore.engine import create_hub_engine, resolve_url
+from hubstore.db_errors import translate
+from hubstore.engine import BUSY_TIMEOUT_MS, create_hub_engine
+from hubstore.errors import HubStoreError, SchemaNotCurrent
 from hubstore.services import HubOperations
 from hubstore.services.waiting import WaitingOps
 from hubstore.uow import UnitOfWork
+from hubstore.urls import resolve_url, sqlite_path
 
 if TYPE_CHECKING:
     from hubstore.models import AssignJob
@@ -47,33 +52,77 @@ class HubStore(WaitingOps, HubOperations):
     ...         job = uow.assign_async("lead", "worker-1", task="write tests")
     """
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
         self.engine = engine
         self.url: URL = engine.url
+        self.dialect: str = engine.dialect.name
         self.assign_listeners: list[AssignListener] = []
         self.features = Features.detect(engine)
-        self.connections = ConnectionSource(engine)
+        self.connections = ConnectionSource(engine, busy_timeout_ms=busy_timeout_ms)
+        #: The unit of work open in this thread or task, which store calls join.
+        self.current_uow: ContextVar[UnitOfWork | None] = ContextVar(
+            f"hubstore_uow_{id(self):x}", default=None)
 
     @classmethod
     def open(cls, url: str | URL | None = None, *, auto_migrate: bool = False,
-             **engine_options: Any) -> HubStore:
+             busy_timeout_ms: int = BUSY_TIMEOUT_MS, **engine_options: Any) -> HubStore:
         """Open the store at ``url`` (else $HUBSTORE_URL, else the embedded default).
 
         With ``auto_migrate`` the database is migrated to head first (adopting a legacy
         triflux file); without it, a database that is not at head raises
-        SchemaNotCurrent and nothing is created or changed.
+        SchemaNotCurrent and nothing is created or changed. ``busy_timeout_ms`` bounds
+        every wait for SQLite's write lock (then DatabaseBusy).
         """
+        try:
+            return cls._open(resolve_url(url), auto_migrate, busy_timeout_ms, engine_options)
+        except HubStoreError:
+            raise
+        except Exception as exc:
+            error = translate(exc)
+            if error is None:
+                raise
+            raise error from exc
+
+    @classmethod
+    def _open(cls, url: URL, auto_migrate: bool, busy_timeout_ms: int,
+              engine_options: dict[str, Any]) -> HubStore:
+        """The URL resolved once; one engine when the database is at head."""
         from hubstore import migrations
 
-        resolved = resolve_url(url)
-        if auto_migrate:
-            migrations.upgrade(resolved)
+        path = sqlite_path(url)
+        engine: Engine | None = None
+        if path is not None:
+            at = migrations.current(url)
         else:
-            migrations.require_current(resolved)
-        return cls(create_hub_engine(resolved, **engine_options))
+            engine = create_hub_engine(url, busy_timeout_ms=busy_timeout_ms, **engine_options)
+            try:
+                with engine.connect() as conn:
+                    at = migrations.read_revision(conn)
+            except BaseException:
+                engine.dispose()
+                raise
+        if at != migrations.head():
+            try:
+                if not auto_migrate:
+                    migrations.require_current(url, at=at)
+                migrations.upgrade(url)
+            except SchemaNotCurrent:
+                if engine is not None:
+                    engine.dispose()
+                raise
+        if engine is None:
+            engine = create_hub_engine(url, busy_timeout_ms=busy_timeout_ms, **engine_options)
+        return cls(engine, busy_timeout_ms=busy_timeout_ms)
 
-    def unit_of_work(self, write: bool = True) -> UnitOfWork:
-        """A new unit of work: one Session, one transaction (see UnitOfWork)."""
+    def unit_of_work(self, write: bool = True) -> AbstractContextManager[UnitOfWork]:
+        """A unit of work: one transaction, one Session (see :class:`UnitOfWork`).
+
+        While one is open in this thread or task, this joins it instead: as a SAVEPOINT
+        when ``write``, so that an exception inside rolls back this block only.
+        """
+        current = self.current_uow.get()
+        if current is not None:
+            return current.savepoint(write)
         return UnitOfWork(self, write=write)
 
     def on_assign_status_change(self, listener: AssignListener) -> Callable[[], None]:

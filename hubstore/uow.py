@@ -1,18 +1,44 @@
-"""The unit of work: one connection and transaction (a Session when needed), events after
-commit."""
+"""The unit of work: the one owner of a transaction.
+
+A unit of work holds one connection and one transaction, and a Session on them made on
+first use. Leaving the outermost block normally commits; an exception rolls back and
+propagates. Actions queued with :meth:`UnitOfWork.after_commit` (the assign status
+listeners among them) run only after the commit.
+
+Nesting works as Django's ``atomic``: while a unit of work is open in a thread (or an
+asyncio task: the open one is kept in a context variable), a store method or
+``store.unit_of_work()`` of the same store joins it. A writing nested block is a
+SAVEPOINT: an exception inside it rolls back that block only; nothing commits before the
+outermost block. The unit of work's own methods (``uow.audit_log(...)``) run directly
+in its transaction.
+
+``write=False`` makes a read-only unit of work: store methods that write raise
+ReadOnlyUnitOfWork before they start, and the transaction itself refuses writes (SQLite
+``query_only``, PostgreSQL READ ONLY), so a write through ``uow.connection`` or
+``uow.session`` raises ReadOnlyUnitOfWork too.
+
+The Session is an ordinary one (autoflush on): its pending changes are flushed before a
+store method runs a statement, and the objects it loaded are expired by the store
+methods' writes, so they read fresh values. Instances returned by store methods are
+detached once the unit of work ends (``session.merge`` takes them back in).
+
+Every database error that leaves a block is a HubStoreError (:mod:`hubstore.db_errors`),
+with the driver's exception as ``__cause__``.
+"""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection
+from sqlalchemy.engine import RootTransaction
 from sqlalchemy.orm import Session
 
-from hubstore.connections import WriterQueue
+from hubstore.db_errors import translate
+from hubstore.errors import HubStoreError, ReadOnlyUnitOfWork
 from hubstore.services import HubOperations
 
 if TYPE_CHECKING:
@@ -23,115 +49,164 @@ log = logging.getLogger(__name__)
 
 
 class UnitOfWork(HubOperations):
-    """One connection, one transaction, and a Session on them when ORM work needs one.
-
-    Leaving the block normally commits; an exception rolls back and propagates. Assign
-    status events collected during the work reach the store's listeners only after the
-    commit, in order with the other actions queued by :meth:`after_commit`. ``write=True``
-    (the default) starts SQLite transactions with BEGIN IMMEDIATE.
-    """
+    """One connection, one transaction, and a Session on them when ORM work needs one."""
 
     connection: Connection
 
     def __init__(self, store: HubStore, *, write: bool = True) -> None:
         self.store = store
-        self.dialect: str = store.engine.dialect.name
-        self._write = write
+        self.dialect: str = store.dialect
+        self.write = write
         self._after_commit: list[Callable[[], None]] = []
         self._session: Session | None = None
-        self._queue: WriterQueue | None = None
+        self._transaction: RootTransaction | None = None
+        self._locked = False
         self._entered = False
+        self._token: Any = None
+        #: ``write`` of each nested block now open (the outermost block's first).
+        self._frames: list[bool] = []
+
+    # -- the outermost block ---------------------------------------------------------
 
     def __enter__(self) -> UnitOfWork:
         if self._entered:
             raise RuntimeError("a unit of work can be entered only once")
         self._entered = True
         source = self.store.connections
-        self._queue = source.writers if self._write else None
-        if self._queue is not None:
-            self._queue.acquire()
         try:
-            self.connection = source.acquire()
-            if self.dialect == "sqlite":
-                # BEGIN straight on the driver: SQLAlchemy's own transaction, when a Core
-                # statement or the Session needs one, joins it (see engine.py's begin hook).
-                self.driver.execute("BEGIN IMMEDIATE" if self._write else "BEGIN DEFERRED")
-            else:
-                self.connection.begin()
-        except BaseException:
-            if self._queue is not None:
-                self._queue.release()
-            raise
+            if self.write and source.writers is not None:
+                source.writers.acquire()
+                self._locked = True
+            self.connection = source.acquire(self.write)
+            try:
+                self._transaction = self.connection.begin()
+            except BaseException:
+                source.release(self.connection, self.write)
+                raise
+        except BaseException as exc:
+            self._unlock()
+            raise self._translated(exc) from exc
+        self._frames.append(self.write)
+        self._token = self.store.current_uow.set(self)
         return self
-
-    @property
-    def driver(self) -> Any:
-        """The DBAPI connection under ``connection`` (SQLite's hot paths use it)."""
-        return self.connection.connection.driver_connection
-
-    @property
-    def session(self) -> Session:
-        """The SQLAlchemy Session of this unit of work, on its connection and transaction.
-
-        Made on first use: Core statements on the hot paths run on ``connection`` and
-        need no Session.
-        """
-        if self._session is None:
-            if not self._entered:
-                raise RuntimeError("the unit of work has not been entered")
-            if not self.connection.in_transaction():
-                self.connection.begin()  # joins the driver's BEGIN (engine.py)
-            self._session = Session(bind=self.connection, expire_on_commit=False,
-                                    autoflush=False, join_transaction_mode="rollback_only")
-        return self._session
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         session, self._session = self._session, None
+        committed = False
+        failure: BaseException | None = None
         try:
             if exc_type is None:
                 if session is not None:
                     session.flush()
-                self._end("COMMIT")
-            else:
-                if session is not None:
-                    # Detach first, so that rows handed out stay readable (not expired).
-                    session.expunge_all()
-                self._end("ROLLBACK")
+                assert self._transaction is not None
+                self._transaction.commit()
+                committed = True
+        except BaseException as error:
+            failure = error
         finally:
+            self.store.current_uow.reset(self._token)
+            self._frames.clear()
             if session is not None:
+                session.expunge_all()  # rows handed out stay readable (detached)
                 session.close()
-            if self.connection.in_transaction() or (
-                    self.dialect == "sqlite" and self.driver.in_transaction):
-                self._end("ROLLBACK")  # only after a failed COMMIT: leave the connection clean
-            self.store.connections.release(self.connection)
-            if self._queue is not None:
-                self._queue.release()
-        if exc_type is None:
+            broken = False
+            if not committed and self._transaction is not None:
+                try:  # also ends a transaction whose COMMIT failed
+                    self._transaction.rollback()
+                    if self.dialect == "sqlite" and self.driver.in_transaction:
+                        self.driver.rollback()  # SQLAlchemy left a failed COMMIT's open
+                except Exception as error:
+                    failure, broken = failure or error, True
+            self.store.connections.release(self.connection, self.write, broken=broken)
+            self._unlock()
+        if failure is not None:
+            raise self._translated(failure) from failure
+        if committed:
             self._publish()
+        elif exc is not None:
+            translated = self._translated(exc)
+            if translated is not exc:
+                raise translated from exc
 
-    def _end(self, how: str) -> None:
-        """Commit or roll back: SQLAlchemy's transaction if one began, and on SQLite the
-        driver's BEGIN if nothing else ended it."""
-        if self.connection.in_transaction():
-            if how == "COMMIT":
-                self.connection.commit()
-            else:
-                self.connection.rollback()
-        if self.dialect == "sqlite" and self.driver.in_transaction:
-            self.driver.execute(how)
+    def _unlock(self) -> None:
+        if self._locked:
+            self._locked = False
+            writers = self.store.connections.writers
+            assert writers is not None
+            writers.release()
 
-    @contextmanager
-    def unit_of_work(self, write: bool = True) -> Iterator[UnitOfWork]:
-        """Join this unit of work (so that store methods compose inside one transaction)."""
-        yield self
+    def _translated(self, exc: BaseException) -> BaseException:
+        """``exc`` as a HubStoreError when it is a database error, else itself."""
+        if isinstance(exc, HubStoreError):
+            return exc
+        error = translate(exc, read_only=not self.write)
+        return exc if error is None else error
+
+    # -- nested blocks ---------------------------------------------------------------
+
+    def unit_of_work(self, write: bool = True) -> Frame:
+        """Join this unit of work: the unit of work's own methods run through here."""
+        return Frame(self, write, savepoint=False)
+
+    def savepoint(self, write: bool = True) -> Frame:
+        """A nested block: a SAVEPOINT when it writes (a store method or
+        ``store.unit_of_work()`` called while this unit of work is open)."""
+        return Frame(self, write, savepoint=write)
+
+    def _enter_frame(self, write: bool) -> None:
+        if not self._frames:
+            raise RuntimeError("this unit of work is not open")
+        if write and not all(self._frames):
+            raise ReadOnlyUnitOfWork(
+                "this unit of work is read-only (unit_of_work(write=False)); open a "
+                "writing one for this call")
+        self._frames.append(write)
+        if self._session is not None:
+            self._flush()
+
+    def _flush(self) -> None:
+        assert self._session is not None
+        try:
+            self._session.flush()
+        except BaseException as exc:
+            raise self._translated(exc) from exc
+
+    def _exit_frame(self, write: bool, failed: bool) -> None:
+        self._frames.pop()
+        if write and self._session is not None and self._session.identity_map:
+            self._session.expire_all()
+
+    # -- what services use -----------------------------------------------------------
+
+    @property
+    def driver(self) -> Any:
+        """The DBAPI connection under ``connection``."""
+        return self.connection.connection.driver_connection
+
+    @property
+    def session(self) -> Session:
+        """The SQLAlchemy Session of this unit of work, on its connection and transaction
+        (made on first use: the hot paths run Core statements and need none)."""
+        if self._session is None:
+            if not self._frames:
+                raise RuntimeError("the unit of work is not open")
+            self._session = Session(bind=self.connection, expire_on_commit=False,
+                                    autoflush=True, join_transaction_mode="rollback_only")
+        return self._session
+
+    @property
+    def has_listeners(self) -> bool:
+        """Whether assign status listeners are subscribed (events are built only then)."""
+        return bool(self.store.assign_listeners)
 
     def emit_assign_event(self, event: dict[str, Any], job: AssignJob) -> None:
         """Queue an assign status event for the store's listeners, after the commit."""
         self.after_commit(lambda: self._announce(event, job))
 
     def after_commit(self, action: Callable[[], None]) -> None:
-        """Run ``action`` once this unit of work has committed (never after a rollback)."""
+        """Run ``action`` once this unit of work has committed (never after a rollback,
+        including the rollback of the savepoint it was queued in)."""
         self._after_commit.append(action)
 
     def _announce(self, event: dict[str, Any], job: AssignJob) -> None:
@@ -148,3 +223,52 @@ class UnitOfWork(HubOperations):
                 action()
             except Exception:
                 log.exception("after-commit action %r failed", action)
+
+
+class Frame:
+    """A nested block of an open unit of work (see the module's docstring)."""
+
+    __slots__ = ("_actions", "_savepoint", "savepoint", "uow", "write")
+
+    def __init__(self, uow: UnitOfWork, write: bool, *, savepoint: bool) -> None:
+        self.uow = uow
+        self.write = write
+        self.savepoint = savepoint
+        self._savepoint: Any = None
+        self._actions = 0
+
+    def __enter__(self) -> UnitOfWork:
+        uow = self.uow
+        uow._enter_frame(self.write)
+        if self.savepoint:
+            try:
+                self._savepoint = (uow._session.begin_nested() if uow._session is not None
+                                   else uow.connection.begin_nested())
+            except BaseException as exc:
+                uow._frames.pop()
+                raise uow._translated(exc) from exc
+            self._actions = len(uow._after_commit)
+        return uow
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        uow = self.uow
+        failure: BaseException | None = None
+        if self._savepoint is not None:
+            try:
+                if exc_type is None:
+                    self._savepoint.commit()
+                else:
+                    self._savepoint.rollback()
+                    del uow._after_commit[self._actions:]  # nothing of it happened
+                    if uow._session is not None:
+                        uow._session.expire_all()
+            except BaseException as error:
+                failure = error
+        uow._exit_frame(self.write, exc_type is not None)
+        if failure is not None:
+            raise uow._translated(failure) from failure
+        if exc is not None:
+            translated = uow._translated(exc)
+            if translated is not exc:
+                raise translated from exc

@@ -110,30 +110,28 @@ def test_threads_share_a_store_safely(store: HubStore) -> None:
 
 def test_a_failed_statement_leaves_the_connection_usable(store: HubStore) -> None:
     from sqlalchemy import text
-    from sqlalchemy.exc import IntegrityError
 
-    with pytest.raises(IntegrityError), store.unit_of_work() as uow:
+    with pytest.raises(ValidationError) as caught, store.unit_of_work() as uow:
         uow.connection.execute(text(
             "INSERT INTO agents (agent_id, cli, last_seen_ms, lease_expires_ms, status) "
             "VALUES ('x', 'nope', 1, 1, 'online')"))
+    assert "ck_agents_cli" in str(caught.value) and caught.value.__cause__ is not None
     store.register_agent("y", "codex")
     assert [a.agent_id for a in store.list_all_agents()] == ["y"]
 
 
 def test_a_failed_commit_leaves_the_connection_clean(store: HubStore,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    from hubstore.uow import UnitOfWork
+    from sqlalchemy import event
 
-    real_end = UnitOfWork._end
     calls = {"n": 0}
 
-    def failing_commit(self: UnitOfWork, how: str) -> None:
-        if how == "COMMIT" and calls["n"] == 0:
+    def failing_commit(conn: object) -> None:
+        if calls["n"] == 0:
             calls["n"] += 1
             raise RuntimeError("disk full")
-        return real_end(self, how)
 
-    monkeypatch.setattr(UnitOfWork, "_end", failing_commit)
+    event.listen(store.engine, "commit", failing_commit)
     with pytest.raises(RuntimeError, match="disk full"), store.unit_of_work() as uow:
         uow.register_agent("lost", "codex")
     store.register_agent("kept", "codex")  # the same thread's connection, usable again

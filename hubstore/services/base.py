@@ -68,7 +68,8 @@ def update_row(uow: UnitOfWork, table: Table, key: str, **values: Any) -> bool:
 
 
 class Prepared:
-    """A Core statement compiled once and, on SQLite, run on the driver.
+    """A Core statement compiled once and, on SQLite, run on the driver when no engine
+    event listener watches statements (else through SQLAlchemy's execution layer).
 
     On the hot paths SQLAlchemy's per-call execution layer (and its result rows) cost
     more than SQLite's own work. The statement is still built with SQLAlchemy; values
@@ -98,33 +99,47 @@ class Prepared:
         self._compiled = (str(compiled), params)
         return self._compiled
 
-    def _execute(self, uow: UnitOfWork, values: dict[str, Any]) -> Any:
+    def _execute(self, uow: UnitOfWork, values: dict[str, Any]
+                 ) -> tuple[int, tuple[str, ...], list[Any]]:
+        """Run on SQLite: (rowcount, column names, rows)."""
         sql, params = self._compiled or self._compile(uow)
         args = []
         for name, process, default in params:
             value = values.get(name, default)
             args.append(value if process is None else process(value))
-        return uow.driver.execute(sql, args)
+        conn = uow.connection
+        if conn.dispatch.before_cursor_execute or conn.dispatch.after_cursor_execute \
+                or conn._echo:
+            # Someone watches statements (echo, OpenTelemetry, Sentry): go through
+            # SQLAlchemy's execution layer, which tells them; it costs a few µs.
+            result = conn.exec_driver_sql(sql, tuple(args))
+            if not result.returns_rows:
+                return result.rowcount, (), []
+            return result.rowcount, tuple(result.keys()), list(result.fetchall())
+        cursor = uow.driver.execute(sql, args)
+        if cursor.description is None:
+            return cursor.rowcount, (), []
+        return (cursor.rowcount, tuple(d[0] for d in cursor.description),
+                cursor.fetchall())
 
     def run(self, uow: UnitOfWork, values: dict[str, Any]) -> int:
         """Execute with ``values`` (keyed by bind name); the number of rows it touched."""
         if uow.dialect != "sqlite":
             return int(uow.connection.execute(self.statement, values).rowcount)
-        return int(self._execute(uow, values).rowcount)
+        return int(self._execute(uow, values)[0])
 
     def rows(self, uow: UnitOfWork, values: dict[str, Any]) -> list[dict[str, Any]]:
         """Execute and return every row as a dict keyed by column name."""
         if uow.dialect != "sqlite":
             return [dict(row) for row in
                     uow.connection.execute(self.statement, values).mappings()]
-        cursor = self._execute(uow, values)
-        names = tuple(d[0] for d in cursor.description)
+        _, names, fetched = self._execute(uow, values)
         readers = self._readers.get(names)
         if readers is None:
             readers = self._readers[names] = [self._reader(uow, name) for name in names]
         return [{name: value if read is None else read(value)
                  for name, read, value in zip(names, readers, row, strict=True)}
-                for row in cursor.fetchall()]
+                for row in fetched]
 
     def first(self, uow: UnitOfWork, values: dict[str, Any]) -> dict[str, Any] | None:
         """Execute and return the first row (keyed by column name), or None."""

@@ -60,16 +60,24 @@ def counts(uow: UnitOfWork) -> dict[str, int]:
     features = uow.store.features
     if features.counter_deltas:
         figures = {str(n): int(v) for n, v in uow.connection.execute(_FIGURES_WITH_DELTAS)}
-        if figures.pop("_pending", 0) >= FOLD_AT and uow.connection.scalar(
-                _TRY_FOLD_LOCK, {"key": FOLD_LOCK_KEY}):
-            uow.connection.execute(_FOLD)
+        if figures.pop("_pending", 0) >= FOLD_AT:
+            # Readers run READ ONLY transactions: the fold is a write of its own, after.
             engine = uow.store.engine
-            uow.after_commit(lambda: vacuum_deltas(engine))
+            uow.after_commit(lambda: fold_deltas(engine))
         return figures
     if features.counters:
         return {str(n): int(v) for n, v in uow.connection.execute(_FIGURES)}
     online = uow.connection.execute(_ONLINE).one().value
     return {"online_agents": int(online), **plain_counts(uow)}
+
+
+def fold_deltas(engine: Engine) -> None:
+    """Fold the pending deltas into the counters (one folder at a time), then vacuum."""
+    with engine.begin() as conn:
+        if not conn.scalar(_TRY_FOLD_LOCK, {"key": FOLD_LOCK_KEY}):
+            return
+        conn.execute(_FOLD)
+    vacuum_deltas(engine)
 
 
 def vacuum_deltas(engine: Engine) -> None:
