@@ -167,7 +167,19 @@ def _postgresql_trigram() -> None:
         return  # pg_trgm not available to this role: the plain scan serves alone
     op.execute(
         "CREATE INDEX ix_reflexion_pattern_trgm ON reflexion_entries USING gin "
-        f"(translate(error_pattern, '{UPPER}', '{UPPER.lower()}') gin_trgm_ops)")
+        f"(translate(error_pattern, '{UPPER}', '{UPPER.lower()}') {_trgm_opclass()})")
+
+
+def _trgm_opclass() -> str:
+    """``gin_trgm_ops`` qualified by pg_trgm's schema: the extension is database-wide and
+    may live in a schema (``public``, say) outside hubstore's search path."""
+    if op.get_context().as_sql:
+        return "gin_trgm_ops"  # offline: the schema cannot be looked up
+    bind = op.get_bind()
+    schema = bind.execute(sa.text(
+        "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
+        "WHERE e.extname = 'pg_trgm'")).scalar_one()
+    return f"{bind.dialect.identifier_preparer.quote_schema(schema)}.gin_trgm_ops"
 
 
 def downgrade() -> None:
