@@ -114,15 +114,16 @@ def require_time(value: object, what: str) -> int:
     return require_int(value, what, minimum=-MAX_DURATION_MS, maximum=MAX_DURATION_MS)
 
 
-def require_number(value: object, what: str) -> float:
-    """A finite int or float (not a bool), as a float."""
+def require_number(value: object, what: str, *, infinite: bool = False) -> float:
+    """A finite int or float (not a bool), as a float. ``infinite=True`` also takes the
+    float infinities; an int too large for a float and NaN are refused either way."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValidationError(f"{what} must be a number, got {value!r:.80}")
     try:
         number = float(value)
     except OverflowError:
-        number = math.inf
-    if not math.isfinite(number):
+        raise ValidationError(f"{what} is too large for a float: {value!r:.80}") from None
+    if math.isnan(number) or (math.isinf(number) and not infinite):
         raise ValidationError(f"{what} must be a finite number, got {value!r:.80}")
     return number
 

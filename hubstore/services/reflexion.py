@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -226,19 +225,6 @@ def patch_statement(columns: tuple[str, ...]) -> Prepared:
                     .returning(*_entries.c), _entries)
 
 
-def _number(value: object, what: str) -> float:
-    """A real number (not a bool, not NaN) as a float."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValidationError(f"{what} must be a number, got {value!r}")
-    try:
-        number = float(value)
-    except OverflowError:
-        raise ValidationError(f"{what} is too large: {value!r}") from None
-    if math.isnan(number):
-        raise ValidationError(f"{what} must be a number, got NaN")
-    return number
-
-
 def check_patch(patch: Mapping[str, Any]) -> dict[str, Any]:
     """patch_reflexion's keyword arguments checked, as column name -> value.
 
@@ -263,10 +249,7 @@ def check_patch(patch: Mapping[str, Any]) -> dict[str, Any]:
         elif key == "solution_code":
             values[key] = None if value is None else require_text(value, key)
         elif key == "confidence":
-            confidence = _number(value, key)
-            if not math.isfinite(confidence):
-                raise ValidationError(f"confidence must be finite, got {value!r}")
-            values[key] = confidence
+            values[key] = require_number(value, key)
         elif key != "updated_at_ms" or value is not None:
             values[key] = require_int(value, key, minimum=_INT64[0], maximum=_INT64[1])
     return values
@@ -379,7 +362,7 @@ class ReflexionOps(Operations):
         if type is not None and type != "":
             params["p_type"] = require_enum(type, REFLEXION_TYPES, "type")
         if min_confidence is not None:
-            params["p_min"] = _number(min_confidence, "min_confidence")
+            params["p_min"] = require_number(min_confidence, "min_confidence", infinite=True)
         if project_slug is not None and project_slug != "":
             # checked as JSON on both dialects (U+0000 is refused on both)
             encoded = dumps(require_text(project_slug, "project_slug"), "project_slug")
