@@ -1,0 +1,618 @@
+"""Generated from the operations mixins by ``python -m hubstore._aio_codegen``.
+
+Do not edit: run it again instead.
+
+Every store method as a coroutine with the sync method's signature; ``_call`` runs the
+sync method off the event loop (see :mod:`hubstore.aio`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, Unpack
+
+from hubstore.models import (
+    Agent,
+    AssignJob,
+    DeadLetter,
+    HumanRequest,
+    Message,
+    PipelineState,
+    ReflexionEntry,
+)
+from hubstore.results import AssignOutcome, Lease
+from hubstore.services.messages import DEFAULT_POLL
+from hubstore.services.reflexion import THIRTY_DAYS_MS
+from hubstore.services.retention import Progress
+from hubstore.types import (
+    AgentCli,
+    AgentStatus,
+    AssignPatch,
+    AssignStatus,
+    HumanDefaultAction,
+    HumanKind,
+    HumanState,
+    MessageStatus,
+    MessageType,
+    PipelineFields,
+    ReflexionType,
+)
+
+if TYPE_CHECKING:
+    from hubstore.services import HubOperations
+
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+class AsyncOperations:
+    """The store methods as coroutines (:class:`~hubstore.aio.AsyncHubStore` and
+    :class:`~hubstore.aio.AsyncUnitOfWork`)."""
+
+    def _sync_ops(self) -> HubOperations:
+        """The sync object whose methods these await."""
+        raise NotImplementedError
+
+    async def _call(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """Run ``fn(*args, **kwargs)`` off the event loop."""
+        raise NotImplementedError
+
+    async def register_agent(
+        self,
+        agent_id: str,
+        cli: AgentCli,
+        pid: int | None = None,
+        capabilities: Iterable[Any] = (),
+        topics: Iterable[str] = (),
+        heartbeat_ttl_ms: int = 30000,
+        metadata: dict[str, Any] | None = None,
+    ) -> Lease:
+        """Await :meth:`HubStore.register_agent`: Insert or update the agent as online with
+        a fresh lease.
+        """
+        return await self._call(
+            self._sync_ops().register_agent,
+            agent_id,
+            cli,
+            pid,
+            capabilities,
+            topics,
+            heartbeat_ttl_ms,
+            metadata,
+        )
+
+    async def get_agent(self, agent_id: str) -> Agent | None:
+        """Await :meth:`HubStore.get_agent`: The agent, or None."""
+        return await self._call(self._sync_ops().get_agent, agent_id)
+
+    async def refresh_lease(self, agent_id: str, ttl_ms: int = 30000) -> Lease:
+        """Await :meth:`HubStore.refresh_lease`: Heartbeat: last seen now, lease now + ttl,
+        status online.
+        """
+        return await self._call(self._sync_ops().refresh_lease, agent_id, ttl_ms)
+
+    async def update_agent_topics(self, agent_id: str, topics: Iterable[str]) -> bool:
+        """Await :meth:`HubStore.update_agent_topics`: Replace the agent's topics; True when
+        the agent exists.
+        """
+        return await self._call(self._sync_ops().update_agent_topics, agent_id, topics)
+
+    async def list_online_agents(self) -> list[Agent]:
+        """Await :meth:`HubStore.list_online_agents`: Agents that are not offline (stale
+        ones count).
+        """
+        return await self._call(self._sync_ops().list_online_agents)
+
+    async def list_all_agents(self) -> list[Agent]:
+        """Await :meth:`HubStore.list_all_agents`: Every agent."""
+        return await self._call(self._sync_ops().list_all_agents)
+
+    async def get_agents_by_topic(self, topic: str) -> list[Agent]:
+        """Await :meth:`HubStore.get_agents_by_topic`: Non-offline agents subscribed to
+        ``topic``.
+        """
+        return await self._call(self._sync_ops().get_agents_by_topic, topic)
+
+    async def sweep_stale_agents(self, now_ms: int | None = None) -> dict[str, int]:
+        """Await :meth:`HubStore.sweep_stale_agents`: Online agents past their lease become
+        stale; long-stale ones go offline.
+        """
+        return await self._call(self._sync_ops().sweep_stale_agents, now_ms)
+
+    async def update_agent_status(self, agent_id: str, status: AgentStatus) -> bool:
+        """Await :meth:`HubStore.update_agent_status`: Set the agent's status; True when the
+        agent exists.
+        """
+        return await self._call(self._sync_ops().update_agent_status, agent_id, status)
+
+    async def audit_log(
+        self,
+        type: MessageType,
+        from_agent: str,
+        to_agent: str,
+        topic: str,
+        priority: int = 5,
+        ttl_ms: int = 300000,
+        payload: Any = None,
+        trace_id: str | None = None,
+        correlation_id: str | None = None,
+        status: MessageStatus = "queued",
+    ) -> Message:
+        """Await :meth:`HubStore.audit_log`: Record a message; ids default to fresh UUIDv7s
+        and the payload to {}.
+        """
+        return await self._call(
+            self._sync_ops().audit_log,
+            type,
+            from_agent,
+            to_agent,
+            topic,
+            priority,
+            ttl_ms,
+            payload,
+            trace_id,
+            correlation_id,
+            status,
+        )
+
+    async def enqueue_message(
+        self,
+        type: MessageType,
+        from_agent: str,
+        to_agent: str,
+        topic: str,
+        priority: int = 5,
+        ttl_ms: int = 300000,
+        payload: Any = None,
+        trace_id: str | None = None,
+        correlation_id: str | None = None,
+        status: MessageStatus = "queued",
+    ) -> Message:
+        """Await :meth:`HubStore.enqueue_message`: The same as audit_log (kept for
+        compatibility).
+        """
+        return await self._call(
+            self._sync_ops().enqueue_message,
+            type,
+            from_agent,
+            to_agent,
+            topic,
+            priority,
+            ttl_ms,
+            payload,
+            trace_id,
+            correlation_id,
+            status,
+        )
+
+    async def get_message(self, id: str) -> Message | None:
+        """Await :meth:`HubStore.get_message`: The message, or None."""
+        return await self._call(self._sync_ops().get_message, id)
+
+    async def get_response_by_correlation(self, correlation_id: str) -> Message | None:
+        """Await :meth:`HubStore.get_response_by_correlation`: The newest response with that
+        correlation id.
+        """
+        return await self._call(self._sync_ops().get_response_by_correlation, correlation_id)
+
+    async def get_messages_by_trace(self, trace_id: str) -> list[Message]:
+        """Await :meth:`HubStore.get_messages_by_trace`: Every message of a trace, oldest
+        first.
+        """
+        return await self._call(self._sync_ops().get_messages_by_trace, trace_id)
+
+    async def update_message_status(self, id: str, status: MessageStatus) -> bool:
+        """Await :meth:`HubStore.update_message_status`: Set a message's status; True when
+        it exists.
+        """
+        return await self._call(self._sync_ops().update_message_status, id, status)
+
+    async def poll_for_agent(
+        self,
+        agent_id: str,
+        max_messages: object = DEFAULT_POLL,
+        include_topics: Iterable[str] | None = None,
+    ) -> list[Message]:
+        """Await :meth:`HubStore.poll_for_agent`: The newest messages for an agent: sent to
+        it, or to a topic it follows.
+        """
+        return await self._call(
+            self._sync_ops().poll_for_agent, agent_id, max_messages, include_topics
+        )
+
+    async def get_audit_messages_for_agent(
+        self,
+        agent_id: str,
+        max_messages: object = DEFAULT_POLL,
+        include_topics: Iterable[str] | None = None,
+    ) -> list[Message]:
+        """Await :meth:`HubStore.get_audit_messages_for_agent`: The same as poll_for_agent."""
+        return await self._call(
+            self._sync_ops().get_audit_messages_for_agent, agent_id, max_messages, include_topics
+        )
+
+    async def deliver_to_agent(self, message_id: str, agent_id: str) -> bool:
+        """Await :meth:`HubStore.deliver_to_agent`: True when the message exists and an
+        agent id was given (nothing is written).
+        """
+        return await self._call(self._sync_ops().deliver_to_agent, message_id, agent_id)
+
+    async def deliver_to_topic(self, message_id: str, topic: str) -> int:
+        """Await :meth:`HubStore.deliver_to_topic`: How many non-offline agents follow the
+        topic (nothing is written).
+        """
+        return await self._call(self._sync_ops().deliver_to_topic, message_id, topic)
+
+    async def ack_messages(self, *args: Any, **kwargs: Any) -> int:
+        """Await :meth:`HubStore.ack_messages`: Kept for compatibility with the reference:
+        acknowledges nothing, returns 0.
+        """
+        return await self._call(self._sync_ops().ack_messages, *args, **kwargs)
+
+    async def insert_human_request(
+        self,
+        requester_agent: str,
+        kind: HumanKind,
+        prompt: str,
+        requested_schema: Any = None,
+        deadline_ms: int = 300000,
+        default_action: HumanDefaultAction = "decline",
+        correlation_id: str | None = None,
+        trace_id: str | None = None,
+    ) -> HumanRequest:
+        """Await :meth:`HubStore.insert_human_request`: A pending request; ``deadline_ms``
+        is a duration, stored as now + duration.
+        """
+        return await self._call(
+            self._sync_ops().insert_human_request,
+            requester_agent,
+            kind,
+            prompt,
+            requested_schema,
+            deadline_ms,
+            default_action,
+            correlation_id,
+            trace_id,
+        )
+
+    async def get_human_request(self, request_id: str) -> HumanRequest | None:
+        """Await :meth:`HubStore.get_human_request`: The request, or None."""
+        return await self._call(self._sync_ops().get_human_request, request_id)
+
+    async def update_human_request(
+        self, request_id: str, state: HumanState, response: Any = None
+    ) -> bool:
+        """Await :meth:`HubStore.update_human_request`: Set the state and the response (None
+        stores SQL NULL); True when it exists.
+        """
+        return await self._call(self._sync_ops().update_human_request, request_id, state, response)
+
+    async def get_pending_human_requests(self) -> list[HumanRequest]:
+        """Await :meth:`HubStore.get_pending_human_requests`: Every pending request."""
+        return await self._call(self._sync_ops().get_pending_human_requests)
+
+    async def expire_human_requests(self, now_ms: int | None = None) -> int:
+        """Await :meth:`HubStore.expire_human_requests`: Pending requests past their
+        deadline become timed_out; returns how many.
+        """
+        return await self._call(self._sync_ops().expire_human_requests, now_ms)
+
+    async def move_to_dead_letter(
+        self, message_id: str, reason: str, last_error: str | None = None
+    ) -> bool:
+        """Await :meth:`HubStore.move_to_dead_letter`: Mark the message dead_letter and
+        record (or replace) its dead letter.
+        """
+        return await self._call(
+            self._sync_ops().move_to_dead_letter, message_id, reason, last_error
+        )
+
+    async def get_dead_letters(self, limit: int = 50) -> list[DeadLetter]:
+        """Await :meth:`HubStore.get_dead_letters`: Dead letters, newest first."""
+        return await self._call(self._sync_ops().get_dead_letters, limit)
+
+    async def create_assign(
+        self,
+        supervisor_agent: str,
+        worker_agent: str,
+        topic: str = "assign.job",
+        task: str = "",
+        payload: Any = None,
+        status: AssignStatus = "queued",
+        attempt: int = 1,
+        retry_count: int = 0,
+        max_retries: int = 0,
+        priority: object = 5,
+        ttl_ms: object = 600000,
+        timeout_ms: object = 600000,
+        deadline_ms: int | None = None,
+        trace_id: str | None = None,
+        correlation_id: str | None = None,
+        last_message_id: str | None = None,
+        result: Any = None,
+        error: Any = None,
+        job_id: str | None = None,
+    ) -> AssignJob:
+        """Await :meth:`HubStore.create_assign`: A new job. Priority, timeout and ttl are
+        clamped, as in the reference (JavaScript's Number() reads them: a non-number falls
+        back to the default).
+        """
+        return await self._call(
+            self._sync_ops().create_assign,
+            supervisor_agent,
+            worker_agent,
+            topic,
+            task,
+            payload,
+            status,
+            attempt,
+            retry_count,
+            max_retries,
+            priority,
+            ttl_ms,
+            timeout_ms,
+            deadline_ms,
+            trace_id,
+            correlation_id,
+            last_message_id,
+            result,
+            error,
+            job_id,
+        )
+
+    async def get_assign(self, job_id: str) -> AssignJob | None:
+        """Await :meth:`HubStore.get_assign`: The job, or None."""
+        return await self._call(self._sync_ops().get_assign, job_id)
+
+    async def update_assign_status(
+        self, job_id: str, status: AssignStatus, **patch: Unpack[AssignPatch]
+    ) -> AssignJob | None:
+        """Await :meth:`HubStore.update_assign_status`: Move the job to ``status`` (the
+        transition table applies), changing the named fields; a field named with None clears
+        it. None when there is no job.
+        """
+        return await self._call(self._sync_ops().update_assign_status, job_id, status, **patch)
+
+    async def list_assigns(
+        self,
+        supervisor_agent: str | None = None,
+        worker_agent: str | None = None,
+        status: AssignStatus | None = None,
+        statuses: Sequence[AssignStatus] | None = None,
+        trace_id: str | None = None,
+        correlation_id: str | None = None,
+        active_before_ms: object = None,
+        limit: object = 50,
+    ) -> list[AssignJob]:
+        """Await :meth:`HubStore.list_assigns`: Jobs matching every given filter, most
+        recently updated first (1..100).
+        """
+        return await self._call(
+            self._sync_ops().list_assigns,
+            supervisor_agent,
+            worker_agent,
+            status,
+            statuses,
+            trace_id,
+            correlation_id,
+            active_before_ms,
+            limit,
+        )
+
+    async def retry_assign(self, job_id: str, **patch: Unpack[AssignPatch]) -> AssignJob | None:
+        """Await :meth:`HubStore.retry_assign`: Re-queue a failed or timed-out job for its
+        next attempt (no retry budget check).
+        """
+        return await self._call(self._sync_ops().retry_assign, job_id, **patch)
+
+    async def assign_async(
+        self, supervisor_agent: str, worker_agent: str, **fields: Any
+    ) -> AssignJob:
+        """Await :meth:`HubStore.assign_async`: Create a job and record its dispatch to the
+        worker, in one transaction.
+        """
+        return await self._call(
+            self._sync_ops().assign_async, supervisor_agent, worker_agent, **fields
+        )
+
+    async def report_assign_result(
+        self,
+        job_id: str,
+        status: str,
+        worker_agent: str | None = None,
+        attempt: int | None = None,
+        result: Any = None,
+        error: Any = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> AssignOutcome:
+        """Await :meth:`HubStore.report_assign_result`: A worker's report: progress, a final
+        result, or a failure that may be retried.
+        """
+        return await self._call(
+            self._sync_ops().report_assign_result,
+            job_id,
+            status,
+            worker_agent,
+            attempt,
+            result,
+            error,
+            metadata,
+        )
+
+    async def schedule_assign_retry(
+        self, job_id: str, reason: str = "manual", requested_by: str = "manual"
+    ) -> AssignJob:
+        """Await :meth:`HubStore.schedule_assign_retry`: Re-queue a failed or timed-out job
+        and dispatch it again.
+        """
+        return await self._call(
+            self._sync_ops().schedule_assign_retry, job_id, reason, requested_by
+        )
+
+    async def sweep_timed_out_assigns(self, now_ms: int | None = None) -> dict[str, int]:
+        """Await :meth:`HubStore.sweep_timed_out_assigns`: Queued or running jobs whose
+        deadline is at or before ``now_ms`` time out, and are retried while retries remain.
+        As in the reference, one call takes at most SWEEP_BATCH (100) due jobs, the most
+        recently updated first; a job retried here is not swept again by the same call (the
+        due jobs are chosen once, up front).
+        """
+        return await self._call(self._sync_ops().sweep_timed_out_assigns, now_ms)
+
+    async def claim_next_assign(self, worker_agent: str) -> AssignJob | None:
+        """Await :meth:`HubStore.claim_next_assign`: The worker's highest-priority, then
+        oldest, queued job, now running.
+        """
+        return await self._call(self._sync_ops().claim_next_assign, worker_agent)
+
+    async def add_reflexion(
+        self,
+        error_pattern: str,
+        error_message: str,
+        solution: str,
+        context: dict[str, Any] | None = None,
+        solution_code: str | None = None,
+        type: ReflexionType = "reflexion",
+        adaptive_state: dict[str, Any] | None = None,
+    ) -> ReflexionEntry:
+        """Await :meth:`HubStore.add_reflexion`: A new entry with confidence 0.5 and one
+        hit.
+        """
+        return await self._call(
+            self._sync_ops().add_reflexion,
+            error_pattern,
+            error_message,
+            solution,
+            context,
+            solution_code,
+            type,
+            adaptive_state,
+        )
+
+    async def get_reflexion(self, id: str) -> ReflexionEntry | None:
+        """Await :meth:`HubStore.get_reflexion`: The entry, or None."""
+        return await self._call(self._sync_ops().get_reflexion, id)
+
+    async def find_reflexion(
+        self, error_pattern: str, context: dict[str, Any] | None = None
+    ) -> list[ReflexionEntry]:
+        """Await :meth:`HubStore.find_reflexion`: Entries with exactly this pattern; failing
+        that, up to 10 that contain it.
+        """
+        return await self._call(self._sync_ops().find_reflexion, error_pattern, context)
+
+    async def update_reflexion_hit(self, id: str, success: bool = False) -> ReflexionEntry | None:
+        """Await :meth:`HubStore.update_reflexion_hit`: One more hit (and success):
+        confidence is recalculated.
+        """
+        return await self._call(self._sync_ops().update_reflexion_hit, id, success)
+
+    async def prune_reflexion(
+        self,
+        max_age_ms: int = THIRTY_DAYS_MS,
+        min_confidence: float = 0.2,
+        now_ms: int | None = None,
+    ) -> int:
+        """Await :meth:`HubStore.prune_reflexion`: Delete entries both older than max_age
+        and below min_confidence.
+        """
+        return await self._call(
+            self._sync_ops().prune_reflexion, max_age_ms, min_confidence, now_ms
+        )
+
+    async def list_reflexion(
+        self,
+        type: str | None = None,
+        min_confidence: float | None = None,
+        project_slug: str | None = None,
+    ) -> list[ReflexionEntry]:
+        """Await :meth:`HubStore.list_reflexion`: Every entry, filtered, as 10.17.4's
+        ``listReflexion``.
+        """
+        return await self._call(self._sync_ops().list_reflexion, type, min_confidence, project_slug)
+
+    async def patch_reflexion(self, id: str, **patch: Any) -> ReflexionEntry | None:
+        """Await :meth:`HubStore.patch_reflexion`: Set the given fields of an entry, as
+        10.17.4's ``patchReflexion``; None if missing.
+        """
+        return await self._call(self._sync_ops().patch_reflexion, id, **patch)
+
+    async def delete_reflexion(self, id: str) -> bool:
+        """Await :meth:`HubStore.delete_reflexion`: Delete an entry; True when there was one
+        (10.17.4's ``deleteReflexion``).
+        """
+        return await self._call(self._sync_ops().delete_reflexion, id)
+
+    async def get_pipeline_state(self, team_name: str) -> PipelineState | None:
+        """Await :meth:`HubStore.get_pipeline_state`: The team's state, or None."""
+        return await self._call(self._sync_ops().get_pipeline_state, team_name)
+
+    async def save_pipeline_state(
+        self, team_name: str, **changes: Unpack[PipelineFields]
+    ) -> PipelineState:
+        """Await :meth:`HubStore.save_pipeline_state`: Insert the team's state, or update
+        the named fields of it.
+        """
+        return await self._call(self._sync_ops().save_pipeline_state, team_name, **changes)
+
+    async def remove_pipeline_state(self, team_name: str) -> bool:
+        """Await :meth:`HubStore.remove_pipeline_state`: Delete the team's state; True when
+        there was one.
+        """
+        return await self._call(self._sync_ops().remove_pipeline_state, team_name)
+
+    async def list_pipeline_states(self) -> list[PipelineState]:
+        """Await :meth:`HubStore.list_pipeline_states`: Every team's state, by team name."""
+        return await self._call(self._sync_ops().list_pipeline_states)
+
+    async def sweep_expired(self, now_ms: int | None = None) -> dict[str, int]:
+        """Await :meth:`HubStore.sweep_expired`: Queued messages past expiry become dead
+        letters; overdue human requests time out.
+        """
+        return await self._call(self._sync_ops().sweep_expired, now_ms)
+
+    async def get_queue_depths(self) -> dict[str, int]:
+        """Await :meth:`HubStore.get_queue_depths`: Queued messages by urgency, and the
+        dead-letter count.
+        """
+        return await self._call(self._sync_ops().get_queue_depths)
+
+    async def get_delivery_stats(self, now_ms: int | None = None) -> dict[str, Any]:
+        """Await :meth:`HubStore.get_delivery_stats`: Acked messages created in the last
+        five minutes.
+        """
+        return await self._call(self._sync_ops().get_delivery_stats, now_ms)
+
+    async def get_hub_stats(self) -> dict[str, int]:
+        """Await :meth:`HubStore.get_hub_stats`: Online agents, messages, active assign jobs
+        and the queue depths.
+        """
+        return await self._call(self._sync_ops().get_hub_stats)
+
+    async def get_audit_stats(self) -> dict[str, int]:
+        """Await :meth:`HubStore.get_audit_stats`: The audit figures."""
+        return await self._call(self._sync_ops().get_audit_stats)
+
+    async def prune_messages(
+        self,
+        older_than_ms: int,
+        now_ms: int | None = None,
+        batch_size: int = 1000,
+        *,
+        progress: Progress | None = None,
+    ) -> int:
+        """Await :meth:`HubStore.prune_messages`: Delete the messages created strictly
+        before ``now - older_than_ms``, with their inbox rows and dead letters,
+        ``batch_size`` messages per unit of work. Returns how many messages were deleted.
+        ``progress(n)`` is called after each batch with the number of messages it deleted
+        (the command line's progress bar).
+        """
+        return await self._call(
+            self._sync_ops().prune_messages, older_than_ms, now_ms, batch_size, progress=progress
+        )
+
+    async def count_messages_before(self, older_than_ms: int, now_ms: int | None = None) -> int:
+        """Await :meth:`HubStore.count_messages_before`: How many messages
+        ``prune_messages`` would delete now (index-backed count).
+        """
+        return await self._call(self._sync_ops().count_messages_before, older_than_ms, now_ms)
