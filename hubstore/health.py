@@ -9,6 +9,7 @@ process had open (a read-only connection cannot remove them).
 from __future__ import annotations
 
 import sqlite3
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import SimpleNamespace
@@ -19,13 +20,15 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import (
     CheckConstraint,
     Connection,
+    UniqueConstraint,
     create_engine,
     func,
     inspect,
     select,
     text,
 )
-from sqlalchemy.engine import URL
+from sqlalchemy.engine import URL, Dialect
+from sqlalchemy.exc import SAWarning
 from sqlalchemy.pool import NullPool
 
 from hubstore import migrations
@@ -114,10 +117,52 @@ def check_constraint_findings(conn: Connection) -> list[str]:
 
 
 def drift_findings(conn: Connection) -> list[str]:
-    """Where the schema and the models disagree (Alembic's autogenerate comparison)."""
+    """Where the schema and the models disagree (Alembic's autogenerate comparison), less
+    an adopted triflux file's own spelling of the same layout (see ``material``)."""
     context = MigrationContext.configure(conn, opts={
         "include_object": migrations.include_object, "compare_type": True})
-    return [f"schema: {_describe(diff)}" for diff in compare_metadata(context, metadata)]
+    with warnings.catch_warnings():  # SQLite's expression indexes are not reflected
+        warnings.filterwarnings("ignore", "Skipped unsupported reflection", SAWarning)
+        diffs = compare_metadata(context, metadata)
+    return [f"schema: {_describe(diff)}" for diff in material(diffs, conn.dialect)]
+
+
+def affinity(declared: str) -> str:
+    """SQLite's type affinity of a declared column type (its datatype rules, 3.1)."""
+    t = declared.upper()
+    if "INT" in t:
+        return "INTEGER"
+    if any(s in t for s in ("CHAR", "CLOB", "TEXT")):
+        return "TEXT"
+    if not t or "BLOB" in t:
+        return "BLOB"
+    if any(s in t for s in ("REAL", "FLOA", "DOUB")):
+        return "REAL"
+    return "NUMERIC"
+
+
+def material(diffs: list[Any], dialect: Dialect) -> list[Any]:
+    """The schema differences that matter, one per item (column modifications unpacked).
+
+    Left out: the reference's own spelling of the same layout, which an adopted triflux
+    file keeps: SQLite type names of the same affinity (INTEGER for BIGINT, REAL for
+    FLOAT), its nullable non-INTEGER primary keys, and the name of
+    UNIQUE(message_id, agent_id) (none on SQLite, PostgreSQL's default otherwise).
+    """
+    kept = []
+    for diff in [d for group in diffs for d in (group if isinstance(group, list) else [group])]:
+        kind = diff[0]
+        if kind == "modify_type" and dialect.name == "sqlite" and affinity(
+                str(diff[5])) == affinity(str(diff[6].compile(dialect=dialect))):
+            continue
+        if kind == "modify_nullable" and metadata.tables[diff[2]].c[diff[3]].primary_key:
+            continue
+        if kind in ("add_constraint", "remove_constraint") and isinstance(
+                diff[1], UniqueConstraint) and diff[1].table.name == "message_inbox" and {
+                c.name for c in diff[1].columns} == {"message_id", "agent_id"}:
+            continue
+        kept.append(diff)
+    return kept
 
 
 def _describe(diff: Any) -> str:
@@ -132,6 +177,8 @@ def _describe(diff: Any) -> str:
             names.append(f"{table}.{name}" if table and table != name else str(name))
         elif isinstance(item, str):
             names.append(item)
+    if kind in ("modify_type", "modify_nullable"):  # (kind, schema, table, column, kw, db, models)
+        names.append(f"(database {rest[4]}, models {rest[5]})")
     what = {"add_index": "index missing from the database",
             "remove_index": "index the models do not have",
             "add_table": "table missing from the database",

@@ -500,20 +500,6 @@ def other_application_rows(url: URL) -> Rows:
         engine.dispose()
 
 
-def affinity(declared: str) -> str:
-    """SQLite's type affinity of a declared column type (its datatype rules, 3.1)."""
-    t = declared.upper()
-    if "INT" in t:
-        return "INTEGER"
-    if any(s in t for s in ("CHAR", "CLOB", "TEXT")):
-        return "TEXT"
-    if not t or "BLOB" in t:
-        return "BLOB"
-    if any(s in t for s in ("REAL", "FLOA", "DOUB")):
-        return "REAL"
-    return "NUMERIC"
-
-
 def file_state(path: Path) -> tuple[bytes, list[str]]:
     """A SQLite file's bytes and the names of the files beside it (journal, -wal, -shm)."""
     return path.read_bytes(), sorted(p.name for p in path.parent.iterdir())

@@ -14,11 +14,11 @@ from typing import Any
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Engine, UniqueConstraint, create_engine, text
-from sqlalchemy.engine import URL, Dialect, make_url
+from sqlalchemy import Engine, create_engine, text
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.orm import Session
 
-from hubstore import HubStore, migrations
+from hubstore import HubStore, health, migrations
 from hubstore.errors import UnknownSchema
 from hubstore.models import (
     Agent,
@@ -40,7 +40,6 @@ from tests.reference_ddl import (
     V4_ONLY,
     Rows,
     add_other_application,
-    affinity,
     build_legacy,
     column_names,
     file_state,
@@ -226,27 +225,6 @@ def test_adoption_runs_the_missing_revisions_only(empty_url: URL, engine: Engine
         assert set(column_names(conn, ["reflexion_entries"])["reflexion_entries"]) >= V4_ONLY
 
 
-def _material(diffs: list[Any], dialect: Dialect) -> list[Any]:
-    """What still differs from the models after adoption, less the reference's own
-    spelling of the same layout: SQLite type names of the same affinity (INTEGER for
-    BIGINT, REAL for FLOAT), its nullable non-INTEGER primary keys, and the name of
-    UNIQUE(message_id, agent_id) (none on SQLite, PostgreSQL's default otherwise)."""
-    material = []
-    for diff in [d for group in diffs for d in (group if isinstance(group, list) else [group])]:
-        kind = diff[0]
-        if kind == "modify_type" and dialect.name == "sqlite" and affinity(
-                str(diff[5])) == affinity(diff[6].compile(dialect=dialect)):
-            continue
-        if kind == "modify_nullable" and metadata.tables[diff[2]].c[diff[3]].primary_key:
-            continue
-        if kind in ("add_constraint", "remove_constraint") and isinstance(
-                diff[1], UniqueConstraint) and diff[1].table.name == "message_inbox" and {
-                c.name for c in diff[1].columns} == {"message_id", "agent_id"}:
-            continue
-        material.append(diff)
-    return material
-
-
 @pytest.mark.parametrize("version", [3, 4])
 def test_adopted_database_matches_the_models(empty_url: URL, engine: Engine,
                                              version: int) -> None:
@@ -256,7 +234,7 @@ def test_adopted_database_matches_the_models(empty_url: URL, engine: Engine,
         context = MigrationContext.configure(conn, opts={
             "include_object": migrations.include_object, "compare_type": True,
             "compare_server_default": True})
-        assert _material(list(compare_metadata(context, metadata)), conn.dialect) == []
+        assert health.material(list(compare_metadata(context, metadata)), conn.dialect) == []
 
 
 def test_dangling_rows_of_a_legacy_file_do_not_block_adoption(tmp_path: Path) -> None:

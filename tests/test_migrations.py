@@ -17,6 +17,7 @@ from sqlalchemy import Connection, Engine, create_engine, text
 from sqlalchemy.engine import URL, make_url
 
 from hubstore import HubStore, migrations
+from hubstore.health import affinity
 from hubstore.models import metadata
 from tests import factories
 from tests.helpers import present
@@ -24,7 +25,6 @@ from tests.reference_ddl import (
     HUB_TABLES,
     REFERENCE_DDL,
     V4_ONLY,
-    affinity,
     build_sqlite_legacy,
     column_names,
     schema_objects,
