@@ -1,8 +1,15 @@
 """Alembic environment: all the work is in hubstore.migrations (shared with the CLI)."""
 
+from logging.config import fileConfig
+
 from alembic import context
 
 from hubstore.migrations import run_env
+
+# Run from alembic.ini (the `alembic` command): its [loggers] sections say what to print.
+# hubstore's own calls pass no file and leave the application's logging alone.
+if context.config.config_file_name is not None:
+    fileConfig(context.config.config_file_name, disable_existing_loggers=False)
 
 # `alembic.context` is a module whose functions forward to the EnvironmentContext running
 # this script; that instance has no public name, so the module stands in for it. run_env's

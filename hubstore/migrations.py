@@ -323,8 +323,17 @@ def run_env(context: EnvironmentContext) -> None:
         with context.begin_transaction():
             context.run_migrations()
         return
-    url = env_url(context)
     config = context.config
+    given = config.attributes.get("connection")
+    if isinstance(given, Engine):
+        with given.connect() as conn:
+            _run_on(context, conn)
+            conn.commit()
+        return
+    if given is not None:
+        _run_on(context, given)
+        return
+    url = env_url(context)
     adopt = bool(config.attributes.get("hubstore_adopt")) or _cli_command(config) == "upgrade"
     sqlite = url.get_backend_name() == "sqlite"
     applied: list[str] = []
@@ -346,6 +355,21 @@ def run_env(context: EnvironmentContext) -> None:
             if new:
                 raise RuntimeError("a migration left rows without their parent row (rolled "
                                    f"back): {sorted(new)[:10]}")
+
+
+def _run_on(context: EnvironmentContext, conn: Connection) -> None:
+    """Migrate on a connection (or engine) the caller handed over in
+    ``config.attributes["connection"]`` (the Alembic cookbook's way, and pytest-alembic's):
+    its URL, transaction and locking are the caller's. A legacy database is adopted only
+    when hubstore asked for it."""
+    if context.config.attributes.get("hubstore_adopt"):
+        _adopt(conn, ScriptDirectory.from_config(context.config))
+    context.configure(
+        connection=conn, target_metadata=metadata, include_object=include_object,
+        render_as_batch=conn.dialect.name == "sqlite", compare_type=True,
+        render_item=render_item)
+    with context.begin_transaction():
+        context.run_migrations()
 
 
 def _adopt(conn: Connection, script: ScriptDirectory) -> bool:

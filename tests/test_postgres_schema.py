@@ -34,7 +34,7 @@ def test_migrates_and_runs_in_its_own_schema_with_pg_trgm_in_public(
 
     engine = create_engine(hub_schema_url.difference_update_query(["options"]))
     with engine.connect() as conn:
-        tables = dict(conn.execute(text(
+        tables: dict[str, str] = dict(conn.execute(text(
             "SELECT table_name, table_schema FROM information_schema.tables "
             "WHERE table_name IN ('agents', 'messages', 'alembic_version', "
             "'reflexion_entries')")).all())
