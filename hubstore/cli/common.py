@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from collections.abc import Iterator
@@ -85,6 +86,8 @@ def reported(action: str, url: URL) -> Iterator[None]:
         yield
     except click.ClickException:
         raise
+    except BrokenPipeError:  # `hubstore ... | head`: the reader has all it wanted
+        closed_stdout()
     except (HubStoreError, CommandError, OSError) as exc:
         fail(action, url, str(exc))
     except DBAPIError as exc:  # the driver's own message, without SQLAlchemy's trailer
@@ -93,6 +96,13 @@ def reported(action: str, url: URL) -> Iterator[None]:
         fail(action, url, str(exc).split("\n(Background")[0])
     except Exception as exc:  # anything else still gets a message, not a traceback
         fail(action, url, f"{type(exc).__name__}: {exc}")
+
+
+def closed_stdout() -> NoReturn:
+    """Exit quietly (status 141, as a shell's SIGPIPE) when stdout's reader went away."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())  # Python's flush at exit must not fail again
+    sys.exit(141)
 
 
 def fail(action: str, url: URL, reason: str) -> NoReturn:

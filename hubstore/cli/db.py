@@ -45,6 +45,12 @@ def _existing(url: URL) -> None:
         health.require_file(url)
 
 
+def _existing_revision(url: URL) -> str:
+    """An existing database's revision ("base": none); a missing SQLite file is an error."""
+    _existing(url)
+    return _revision(url)
+
+
 @db.command()
 @click.argument("revision", default="head")
 @click.option("--sql", is_flag=True,
@@ -88,6 +94,11 @@ def _make_folders(url: URL) -> None:
     if path is None or path.parent.exists():
         return
     ancestor = next(p for p in path.absolute().parents if p.exists())
+    if ancestor == Path(ancestor.anchor):  # /typo/x.db: a top-level folder is no new hub's
+        raise click.ClickException(
+            f"upgrade of {shown(url)} failed: {path.parent} does not exist, and hubstore "
+            f"creates folders only inside an existing one, not at the top of {ancestor} "
+            "(check the path, or create the folder first)")
     if not ancestor.is_dir() or not os.access(ancestor, os.W_OK | os.X_OK):
         raise click.ClickException(
             f"upgrade of {shown(url)} failed: {path.parent} does not exist and {ancestor} "
@@ -102,11 +113,12 @@ def _make_folders(url: URL) -> None:
 @url_option
 def downgrade(revision: str, yes: bool, url: URL) -> None:
     """Migrate down to REVISION ("base" removes every hub table and its rows)."""
-    _existing(url)
-    before = _revision(url)
-    if revision == "base" and before != "base" and not yes:
-        click.confirm(f"Downgrading {shown(url)} to base removes every hub table and all "
-                      "their rows. Continue?", abort=True, err=True)
+    before = _existing_revision(url)
+    if revision == "base" and before != "base" and not yes and not click.confirm(
+            f"Downgrading {shown(url)} to base removes every hub table and all their rows. "
+            "Continue?", err=True):
+        raise click.ClickException(f"downgrade of {shown(url)} cancelled: nothing was "
+                                   f"changed (still at {before})")
     with reported("downgrade", url):
         migrations.downgrade(url, revision)
     after = _revision(url)
@@ -121,8 +133,7 @@ def downgrade(revision: str, yes: bool, url: URL) -> None:
 @url_option
 def stamp(revision: str, url: URL) -> None:
     """Record REVISION as the database's revision without migrating anything."""
-    _existing(url)
-    before = _revision(url)
+    before = _existing_revision(url)
     with reported("stamp", url):
         alembic.command.stamp(migrations.alembic_config(url), revision)
     after = _revision(url)
@@ -142,8 +153,7 @@ def _marks(revision: str, at: str | None) -> str:
 @url_option
 def current(url: URL) -> None:
     """Print the database's revision ("base" when it has none)."""
-    _existing(url)
-    revision, head = _revision(url), migrations.head()
+    revision, head = _existing_revision(url), migrations.head()
     click.echo(f"{revision} {'(head)' if revision == head else f'(head is {head})'}")
 
 
@@ -151,8 +161,7 @@ def current(url: URL) -> None:
 @url_option
 def heads(url: URL) -> None:
     """Print the head revision(s) of this hubstore, marking the database's own."""
-    _existing(url)
-    at = _revision(url)
+    at = _existing_revision(url)
     for rev in migrations.script_directory().get_heads():
         click.echo(f"{rev}{_marks(rev, at)}")
 
@@ -161,8 +170,7 @@ def heads(url: URL) -> None:
 @url_option
 def history(url: URL) -> None:
     """List the revisions, oldest first, marking the database's own."""
-    _existing(url)
-    at = _revision(url)
+    at = _existing_revision(url)
     script = migrations.script_directory()
     for rev in reversed(list(script.walk_revisions())):
         title = rev.doc.splitlines()[0] if rev.doc else ""
@@ -200,11 +208,13 @@ def backup(dest: Path, force: bool, url: URL) -> None:
     PostgreSQL databases are backed up with pg_dump.
     """
     source = sqlite_path(url)
-    if source is None:
+    if source is None:  # pg_dump takes libpq's URL: no +driver
+        libpq = shown(url.set(drivername="postgresql"))
         raise UsageFailure(
             f"{shown(url)} is a PostgreSQL database: back it up with pg_dump, e.g. "
-            f"`pg_dump --format=custom --file {dest} '{shown(url)}'` (restore it with "
-            "pg_restore --dbname URL FILE)")
+            f"`pg_dump --format=custom --file {dest} '{libpq}'`, and restore it with "
+            f"`pg_restore --dbname '{libpq}' {dest}` (hubstore db backup copies SQLite "
+            "files only)")
     _existing(url)
     if dest.exists() and not force:
         raise click.ClickException(f"backup of {shown(url)} failed: {dest} exists "

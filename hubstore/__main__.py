@@ -1,0 +1,5 @@
+"""``python -m hubstore``: the ``hubstore`` command line."""
+
+from hubstore.cli import main
+
+main()
