@@ -24,6 +24,7 @@ from sqlalchemy import (
     text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.orm.attributes import instance_state
 
 from hubstore import types
 from hubstore.jsontype import JSONText
@@ -61,10 +62,13 @@ class Base(DeclarativeBase):
 
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
     _column_keys: ClassVar[dict[str, str]]
+    _key_attr: ClassVar[str]
 
     @classmethod
     def from_row(cls, row: Mapping[Any, Any]) -> Self:
-        """A transient instance from a Core row keyed by column name.
+        """A detached instance from a Core row keyed by column name: in the state of the
+        instances the Session loaded once their unit of work ended (``session.merge``
+        takes it in; ``session.add`` would UPDATE it, never INSERT it again).
 
         Hot read paths load with Core: the values go straight into the instance's
         state, as the ORM's own loader does, without the per-attribute events of
@@ -74,8 +78,14 @@ class Base(DeclarativeBase):
         if keys is None:
             keys = {str(attr.columns[0].name): attr.key for attr in cls.__mapper__.column_attrs}
             cls._column_keys = keys
+            cls._key_attr = cls.__mapper__.get_property_by_column(
+                cls.__mapper__.primary_key[0]).key
         instance: Self = cls.__mapper__.class_manager.new_instance()
-        instance.__dict__.update((keys[name], value) for name, value in row.items())
+        values = instance.__dict__
+        values.update((keys[name], value) for name, value in row.items())
+        key = values.get(cls._key_attr)
+        if key is not None:  # the identity the Session gives a row it loads
+            instance_state(instance).key = (cls, (key,), None)
         return instance
 
     def to_dict(self) -> dict[str, Any]:

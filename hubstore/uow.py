@@ -33,7 +33,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, inspect, select
 from sqlalchemy.engine import RootTransaction
 from sqlalchemy.orm import Session
 
@@ -99,6 +99,7 @@ class UnitOfWork(HubOperations):
             if exc_type is None:
                 if session is not None:
                     session.flush()
+                    _reload_expired(session)
                 assert self._transaction is not None
                 self._transaction.commit()
                 committed = True
@@ -113,7 +114,8 @@ class UnitOfWork(HubOperations):
             broken = False
             if not committed and self._transaction is not None:
                 try:  # also ends a transaction whose COMMIT failed
-                    self._transaction.rollback()
+                    if self.connection.get_transaction() is self._transaction:
+                        self._transaction.rollback()  # (a failed flush rolled it back)
                     if self.dialect == "sqlite" and self.driver.in_transaction:
                         self.driver.rollback()  # SQLAlchemy left a failed COMMIT's open
                 except Exception as error:
@@ -223,6 +225,28 @@ class UnitOfWork(HubOperations):
                 action()
             except Exception:
                 log.exception("after-commit action %r failed", action)
+
+
+def _reload_expired(session: Session) -> None:
+    """Load again, in the committing transaction, the objects that the store's writes
+    expired: once detached, an expired instance could not be read at all."""
+    stale: dict[Any, list[Any]] = {}
+    for obj in list(session.identity_map.values()):
+        state = inspect(obj)
+        if state.expired_attributes:
+            stale.setdefault(state.mapper, []).append(state)
+    for mapper, states in stale.items():
+        if len(mapper.primary_key) != 1:  # pragma: no cover - every hub table has one
+            for state in states:
+                session.refresh(state.obj())
+            continue
+        keys = [state.identity[0] for state in states]
+        found = {inspect(obj).identity for obj in session.scalars(
+            select(mapper).where(mapper.primary_key[0].in_(keys))
+            .execution_options(populate_existing=True))}
+        for state in states:  # deleted meanwhile: it is gone
+            if state.identity not in found:
+                session.expunge(state.obj())
 
 
 class Frame:
