@@ -120,7 +120,11 @@ def downgrade(url: URL | str | None, revision: str) -> None:
 
 def current(url: URL | str | None = None) -> str | None:
     """The database's revision, or None when it has none. Reads only, creates nothing."""
-    resolved = resolve_url(url)
+    return revision_at(resolve_url(url))
+
+
+def revision_at(resolved: URL) -> str | None:
+    """:func:`current` for a URL that :func:`hubstore.urls.resolve_url` already checked."""
     path = sqlite_path(resolved)
     if path is not None:
         return _sqlite_revision(path) if path.exists() else None

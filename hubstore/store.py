@@ -92,7 +92,7 @@ class HubStore(WaitingOps, HubOperations):
         path = sqlite_path(url)
         engine: Engine | None = None
         if path is not None:
-            at = migrations.current(url)
+            at = migrations.revision_at(url)
         else:
             engine = create_hub_engine(url, busy_timeout_ms=busy_timeout_ms, **engine_options)
             try:

@@ -89,3 +89,28 @@ def test_revision_of_a_newer_hubstore_is_named(empty_url: URL) -> None:
 def test_database_at_head_opens(db_url: URL) -> None:
     with HubStore.open(db_url) as store:
         assert store.list_all_agents() == []
+
+
+def test_open_at_head_resolves_the_url_once_and_builds_one_engine(
+        db_url: URL, monkeypatch: pytest.MonkeyPatch) -> None:
+    import hubstore.engine
+    import hubstore.store
+    import hubstore.urls
+
+    calls: dict[str, int] = {"resolve_url": 0, "create_engine": 0}
+
+    def counting(name: str, real: Any) -> Any:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            calls[name] += 1
+            return real(*args, **kwargs)
+        return wrapper
+
+    resolve = counting("resolve_url", hubstore.urls.resolve_url)
+    for module in (hubstore.urls, hubstore.store, hubstore.engine, migrations):
+        monkeypatch.setattr(module, "resolve_url", resolve)
+    for module in (hubstore.engine, migrations):
+        monkeypatch.setattr(module, "create_engine",
+                            counting("create_engine", module.create_engine))
+    with HubStore.open(db_url) as store:
+        assert store.list_all_agents() == []
+    assert calls == {"resolve_url": 1, "create_engine": 1}
