@@ -5,6 +5,7 @@ Each role opens its own store, does its part, and prints one JSON document on st
 
 from __future__ import annotations
 
+import asyncio
 import json
 import random
 import resource
@@ -118,10 +119,27 @@ def idle(store: HubStore, what: str, seconds: str) -> dict[str, Any]:
             "result": None if result is None else len(result)}
 
 
+async def async_assign_latency(url: str, worker: str, count: str) -> dict[str, Any]:
+    """assign_latency through hubstore.aio (its own store: roles named async_* get a URL)."""
+    from hubstore.aio import AsyncHubStore
+
+    async with await AsyncHubStore.open(url) as store:
+        print(json.dumps({"ready": True}), flush=True)
+        latencies = []
+        for _ in range(int(count)):
+            job = await store.wait_for_assign(worker, timeout_s=10)
+            assert job is not None, "no job within 10 s"
+            latencies.append(time.time() * 1000 - job.payload["sent_ms"])
+    return {"latencies_ms": latencies}
+
+
 def main() -> None:
     role, url, *args = sys.argv[1:]
-    with HubStore.open(url) as store:
-        result = globals()[role](store, *args)
+    if role.startswith("async_"):
+        result: dict[str, Any] = asyncio.run(globals()[role](url, *args))
+    else:
+        with HubStore.open(url) as store:
+            result = globals()[role](store, *args)
     result["now_ms"] = now_ms()
     print(json.dumps(result), flush=True)
 
