@@ -13,9 +13,10 @@ from typing import Any
 
 import pytest
 from sqlalchemy import event, text
+from sqlalchemy.engine import URL
 
 from hubstore import HubStore
-from hubstore.errors import ReadOnlyUnitOfWork
+from hubstore.errors import DatabaseBusy, ReadOnlyUnitOfWork
 from hubstore.models import Agent, AssignJob
 from hubstore.testing.factories import AgentFactory, AssignJobFactory
 
@@ -278,3 +279,337 @@ def test_without_a_listener_the_sqlite_fast_path_skips_the_execution_layer(
         assert through
     agent = store.get_agent("w")
     assert agent is not None and agent.status == "online"
+
+
+# -- 2. bounded waits: a second store, a frozen writer, a killed writer ---------------
+
+
+SHORT_MS = 300
+#: What a DatabaseBusy after SHORT_MS may take at most (a loaded CI machine included).
+BUSY_BOUND_S = 2.5
+
+
+def test_a_second_store_nested_in_the_same_thread_never_hangs(store: HubStore) -> None:
+    with HubStore.open(store.url, busy_timeout_ms=SHORT_MS) as second:
+        with store.unit_of_work() as uow:
+            uow.register_agent("first", "codex")
+            began = time.monotonic()
+            if store.dialect == "sqlite":  # one writer per file: busy, within the timeout
+                with pytest.raises(DatabaseBusy) as caught:
+                    second.register_agent("second", "codex")
+                elapsed = time.monotonic() - began
+                assert SHORT_MS / 1000 * 0.9 <= elapsed < BUSY_BOUND_S
+                assert "write lock" in str(caught.value) or "locked" in str(caught.value)
+            else:  # row locks only: another row is written at once, in its own transaction
+                second.register_agent("second", "codex")
+                assert time.monotonic() - began < FAST_S
+            assert second.get_agent("first") is None
+        assert second.get_agent("first") is not None
+        second.register_agent("third", "codex")  # free again once the first committed
+    expected = ["first", "third"] if store.dialect == "sqlite" else ["first", "second", "third"]
+    assert sorted(a.agent_id for a in store.list_all_agents()) == expected
+
+
+_HOLDER = """
+import os, sys, time
+from hubstore import HubStore
+store = HubStore.open(sys.argv[1])
+with store.unit_of_work() as uow:
+    uow.register_agent("held", "codex")
+    print("holding", flush=True)
+    if sys.argv[2] == "stop":
+        os.kill(os.getpid(), 19)  # SIGSTOP: a writer frozen in a debugger
+    time.sleep(600)
+"""
+
+_WRITER_LOOP = """
+import sys
+from hubstore import HubStore
+store = HubStore.open(sys.argv[1])
+n = 0
+while True:
+    with store.unit_of_work() as uow:
+        uow.audit_log("event", "w", "x", "t", payload={"n": n, "pad": "x" * 2000})
+        uow.register_agent(f"a{n}", "codex")
+    n += 1
+    print(n, flush=True)
+"""
+
+
+def _child(script: str, *args: str) -> Any:
+    import subprocess
+    import sys
+
+    return subprocess.Popen([sys.executable, "-c", script, *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _kill(proc: Any) -> None:
+    import signal
+
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    proc.stdout.close()
+    proc.stderr.close()
+
+
+@pytest.mark.parametrize("how", ["stop", "sleep"])
+def test_a_frozen_writer_stalls_no_one_beyond_the_busy_timeout(store: HubStore, how: str) -> None:
+    holder = _child(_HOLDER, store.url.render_as_string(hide_password=False), how)
+    try:
+        assert holder.stdout.readline().strip() == "holding", holder.stderr.read()
+        with HubStore.open(store.url, busy_timeout_ms=SHORT_MS) as other:
+            began = time.monotonic()
+            if store.dialect == "sqlite":
+                with pytest.raises(DatabaseBusy):
+                    other.register_agent("blocked", "codex")
+                assert time.monotonic() - began < BUSY_BOUND_S
+            else:
+                other.register_agent("free", "codex")
+                assert time.monotonic() - began < FAST_S
+            assert other.get_agent("held") is None  # never committed
+            _kill(holder)
+            other.register_agent("after", "codex")  # the killed holder frees the lock
+            assert other.get_agent("held") is None
+    finally:
+        if holder.returncode is None:
+            _kill(holder)
+    names = sorted(a.agent_id for a in store.list_all_agents())
+    assert names == (["after"] if store.dialect == "sqlite" else ["after", "free"])
+
+
+def test_kill_9_mid_write_leaves_the_database_intact(store: HubStore) -> None:
+    writer = _child(_WRITER_LOOP, store.url.render_as_string(hide_password=False))
+    try:
+        done = 0
+        while done < 30:
+            line = writer.stdout.readline()
+            assert line, writer.stderr.read()
+            done = int(line)
+    finally:
+        _kill(writer)
+    stats = store.get_hub_stats()
+    committed = len(store.list_all_agents())
+    assert committed >= done and stats["total_messages"] == committed  # whole units only
+    if store.dialect == "sqlite":
+        with store.unit_of_work(write=False) as uow:
+            assert uow.connection.exec_driver_sql("PRAGMA integrity_check").scalar() == "ok"
+    began = time.monotonic()
+    store.register_agent("after", "codex")
+    assert time.monotonic() - began < BUSY_BOUND_S
+    assert store.get_hub_stats()["total_messages"] == committed
+
+
+# -- 6. descriptors ------------------------------------------------------------------
+
+
+def _open_fds() -> int:
+    import gc
+    import os
+
+    gc.collect()
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self/fd"), reason="needs /proc")
+def test_finished_threads_and_close_release_their_descriptors(db_url: URL) -> None:
+    import threading
+
+    baseline = _open_fds()
+    store = HubStore.open(db_url)
+    store.register_agent("main", "codex")
+    warm = _open_fds()
+    errors: list[BaseException] = []
+
+    def write_once(i: int) -> None:
+        try:
+            store.register_agent(f"t{i}", "codex")
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write_once, args=(i,)) for i in range(200)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert len(store.list_all_agents()) == 201
+    assert _open_fds() - warm <= 10
+    store.close()
+    assert _open_fds() <= baseline + 2
+
+
+# -- 7. no fcntl ---------------------------------------------------------------------
+
+
+_NO_FCNTL = """
+import sys, time
+sys.modules["fcntl"] = None  # as on Windows: `import fcntl` raises ImportError
+import hubstore
+from hubstore import HubStore, sqlite
+from hubstore.errors import DatabaseBusy
+assert sqlite.fcntl is None
+with HubStore.open(sys.argv[1], busy_timeout_ms=300) as store:
+    store.register_agent("nofcntl", "codex")
+    store.audit_log("event", "nofcntl", "x", "t", payload={"k": 1})
+    agent = store.get_agent("nofcntl")
+    print("read", agent.cli, store.get_hub_stats()["total_messages"])
+    if store.dialect == "sqlite":  # SQLite's own lock still bounds the wait
+        with HubStore.open(sys.argv[1], busy_timeout_ms=300) as second, store.unit_of_work():
+            store.register_agent("holder", "codex")
+            began = time.monotonic()
+            try:
+                second.register_agent("blocked", "codex")
+            except DatabaseBusy:
+                print("busy", round(time.monotonic() - began, 1) < 2.5)
+print("ok", hubstore.__version__ is not None)
+"""
+
+
+def test_hubstore_works_without_fcntl(store: HubStore) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", _NO_FCNTL,
+                           store.url.render_as_string(hide_password=False)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.split("\n")
+    assert lines[0] == "read codex 1"
+    if store.dialect == "sqlite":
+        assert "busy True" in lines
+    assert "ok True" in lines
+    assert sorted(a.agent_id for a in store.list_all_agents()) == (
+        ["holder", "nofcntl"] if store.dialect == "sqlite" else ["nofcntl"])
+
+
+def test_the_package_says_which_systems_it_supports() -> None:
+    import tomllib
+    from pathlib import Path
+
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    classifiers = tomllib.loads(pyproject.read_text())["project"]["classifiers"]
+    systems = {c for c in classifiers if c.startswith("Operating System ::")}
+    assert {"Operating System :: POSIX", "Operating System :: Microsoft :: Windows"} <= systems
+
+
+# -- 8. fork -------------------------------------------------------------------------
+
+
+def test_a_store_used_before_fork_works_in_the_child_and_the_parent(store: HubStore) -> None:
+    import os
+
+    store.register_agent("parent", "codex")
+    with store.unit_of_work(write=False) as uow:  # the parent's read connection, too
+        assert uow.get_agent("parent") is not None
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the pipe, never return into pytest
+        code = 1
+        try:
+            store.register_agent("child", "codex")
+            __import__("gc").collect()  # the parent's dropped connections, collected here
+            with store.unit_of_work() as uow:
+                uow.audit_log("event", "child", "parent", "t")
+            seen = sorted(a.agent_id for a in store.list_all_agents())
+            os.write(write, repr(seen).encode())
+            code = 0
+        except BaseException as exc:
+            os.write(write, f"{type(exc).__name__}: {exc}".encode())
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        reported = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, reported
+    assert reported == "['child', 'parent']"
+    store.register_agent("parent-after", "codex")  # the parent's connections still work
+    assert sorted(a.agent_id for a in store.list_all_agents()) == [
+        "child", "parent", "parent-after"]
+    assert store.get_hub_stats()["total_messages"] == 1
+
+
+# -- 9, 10. PostgreSQL: connect timeout, refused, a connection killed ----------------
+
+
+def _pg_url(port: int, query: str = "") -> str:
+    return f"postgresql+psycopg://postgres@127.0.0.1:{port}/x{query}"
+
+
+def test_a_server_that_never_answers_times_out_as_unavailable() -> None:
+    import socket
+
+    from hubstore.errors import DatabaseUnavailable
+
+    with socket.socket() as server:  # accepts (the kernel's backlog), never answers
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        port = server.getsockname()[1]
+        began = time.monotonic()
+        with pytest.raises(DatabaseUnavailable) as caught:
+            HubStore.open(_pg_url(port, "?connect_timeout=1"))
+        assert time.monotonic() - began < 3.0
+    assert caught.value.__cause__ is not None
+    assert "timeout" in str(caught.value).lower()
+
+
+def test_a_refused_connection_is_unavailable_with_the_reason() -> None:
+    import socket
+
+    from hubstore.errors import DatabaseUnavailable
+
+    with socket.socket() as probe:  # a port no one listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    began = time.monotonic()
+    with pytest.raises(DatabaseUnavailable) as caught:
+        HubStore.open(_pg_url(port))
+    assert time.monotonic() - began < 3.0
+    assert "refused" in str(caught.value).lower()
+
+
+def test_postgresql_connects_with_a_default_timeout_the_url_overrides(postgres: Any) -> None:
+    from sqlalchemy.engine import make_url
+
+    from hubstore.engine import CONNECT_TIMEOUT_S, create_hub_engine
+
+    assert CONNECT_TIMEOUT_S == 10
+    admin = make_url(str(postgres.admin.url.render_as_string(hide_password=False)))
+    for query, expected in (({}, 10), ({"connect_timeout": "3"}, "3")):
+        engine = create_hub_engine(admin.update_query_dict(query))
+        seen: list[dict[str, Any]] = []
+        event.listen(engine, "do_connect", lambda d, r, cargs, cparams, seen=seen: seen.append(
+            dict(cparams)))
+        with engine.connect() as conn:
+            assert conn.scalar(text("SELECT 1")) == 1
+        engine.dispose()
+        assert seen and seen[0]["connect_timeout"] == expected
+
+
+def test_a_connection_killed_inside_a_unit_of_work_is_unavailable_then_recovers(
+        store: HubStore, request: pytest.FixtureRequest) -> None:
+    from hubstore.errors import DatabaseUnavailable, HubStoreError
+
+    if store.dialect != "postgresql":
+        # SQLite: no server to lose; the nearest fault is a closed connection.
+        with pytest.raises(HubStoreError), store.unit_of_work() as uow:
+            uow.register_agent("lost", "codex")
+            uow.driver.close()
+        store.register_agent("after", "codex")
+        assert [a.agent_id for a in store.list_all_agents()] == ["after"]
+        return
+    postgres = request.getfixturevalue("postgres")
+    store.register_agent("before", "codex")
+    began = time.monotonic()
+    with pytest.raises(DatabaseUnavailable) as caught, store.unit_of_work() as uow:
+        uow.register_agent("lost", "codex")
+        pid = uow.connection.scalar(text("SELECT pg_backend_pid()"))
+        with postgres.admin.connect() as admin:
+            assert admin.scalar(text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+        uow.audit_log("event", "lost", "x", "t")
+    assert time.monotonic() - began < 5.0
+    assert caught.value.__cause__ is not None
+    store.register_agent("after", "codex")  # the pool recovered
+    assert sorted(a.agent_id for a in store.list_all_agents()) == ["after", "before"]
+    assert store.get_hub_stats()["total_messages"] == 0
