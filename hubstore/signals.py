@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable
 
 from sqlalchemy.engine import URL, make_url
 
-from hubstore.urls import sqlite_path
+from hubstore.urls import behind_pgbouncer, sqlite_path, without_pgbouncer_option
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +122,13 @@ class ChangeWatcher:
     def _can_signal(self) -> bool:
         if self.is_sqlite:
             return sqlite_path(self.url) is not None
+        if self.listen_url is None and behind_pgbouncer(self.url):
+            # LISTEN through PgBouncer in transaction mode hears nothing reliably.
+            log.warning("hubstore: %s goes through PgBouncer (?pgbouncer=true) and "
+                        "store.listen_url is not set: waiters look every %s s instead of "
+                        "listening; set listen_url to a direct URL", self.url,
+                        FALLBACK_RECHECK_S)
+            return False
         return self.listen_url is not False
 
     @property
@@ -216,6 +223,7 @@ class ChangeWatcher:
     def _conninfo(self) -> str:
         target = self.listen_url
         url = make_url(target) if isinstance(target, str | URL) else self.url
+        url = without_pgbouncer_option(url)
         return url.set(drivername="postgresql").render_as_string(hide_password=False)
 
     def _run_postgresql(self) -> None:

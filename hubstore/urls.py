@@ -51,6 +51,7 @@ def resolve_url(url: str | URL | None = None) -> URL:
     if backend == "postgresql":
         if parsed.port is not None and not 1 <= parsed.port <= 65535:
             raise ValidationError(f"the port {parsed.port} is not between 1 and 65535")
+        behind_pgbouncer(parsed)  # a bad value refused up front
         return parsed.set(drivername="postgresql+psycopg")
     database = parsed.database or ""
     if database in ("", ":memory:") or "mode=memory" in database:
@@ -61,6 +62,31 @@ def resolve_url(url: str | URL | None = None) -> URL:
     if database.startswith("~"):
         parsed = parsed.set(database=str(Path(database).expanduser()))
     return parsed
+
+
+#: The URL query option that says a PostgreSQL URL leads to PgBouncer in transaction (or
+#: statement) pooling mode: ``postgresql://user@bouncer:6432/hub?pgbouncer=true``. Each
+#: transaction may then run on another server connection, so hubstore's connections
+#: prepare no statements (psycopg's ``prepare_threshold=None``), and waiters LISTEN only
+#: on ``store.listen_url`` (a direct URL), never through PgBouncer.
+PGBOUNCER_OPTION = "pgbouncer"
+_YES, _NO = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def behind_pgbouncer(url: URL) -> bool:
+    """Whether ``url`` says ``?pgbouncer=true`` (ValidationError for a value not a yes/no)."""
+    value = url.query.get(PGBOUNCER_OPTION)
+    if value is None:
+        return False
+    text = (value[-1] if isinstance(value, tuple) else value).strip().lower()
+    if text not in _YES + _NO:
+        raise ValidationError(f"{PGBOUNCER_OPTION}= takes true or false, not {text!r}")
+    return text in _YES
+
+
+def without_pgbouncer_option(url: URL) -> URL:
+    """``url`` without ``?pgbouncer=...`` (libpq does not know it)."""
+    return url.difference_update_query([PGBOUNCER_OPTION])
 
 
 def _hide_password(raw: object) -> str:
