@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import time
 from typing import Any
 
 import pytest
@@ -10,7 +11,8 @@ from sqlalchemy import func, insert, select, text
 
 from hubstore import HubStore, uuidv7
 from hubstore.errors import ValidationError
-from hubstore.models import DeadLetter, Message, MessageInbox, table_of
+from hubstore.ids import now_ms
+from hubstore.models import DeadLetter, Message, MessageInbox, MessageLog, table_of
 from hubstore.services import retention
 from hubstore.services.stats import counts, plain_counts
 from tests.factories import AssignJobFactory
@@ -163,3 +165,41 @@ def test_batches_are_found_through_an_index(store: HubStore, backend: str) -> No
             uow.connection.execute(text("SET LOCAL enable_seqscan = off"))
             plan = " ".join(r[0] for r in uow.connection.exec_driver_sql(f"EXPLAIN {sql}"))
             assert "idx_messages_priority" in plan and "Sort" not in plan, plan
+
+
+def log_rows(store: HubStore) -> list[str]:
+    with store.unit_of_work(write=False) as uow:
+        return list(uow.connection.scalars(
+            select(table_of(MessageLog).c.message_id).order_by(table_of(MessageLog).c.seq)))
+
+
+def test_prune_deletes_the_log_rows_of_pruned_messages_and_feeds_go_on(
+        store: HubStore) -> None:
+    """message_log keeps no row of a deleted message; a feed's cursor stays valid."""
+    feed = store.message_feed("a1")
+    old = [store.audit_log("event", "x", "a1", "t", payload={"n": n}) for n in range(3)]
+    assert [m.payload["n"] for m in feed.next(timeout_s=0, max_messages=2)] == [0, 1]
+    cursor = feed.cursor
+    cutoff = old[-1].created_at_ms + 1
+    while now_ms() <= cutoff:  # the messages below are created after the cutoff
+        time.sleep(0.001)
+    new = [store.audit_log("event", "x", "a1", "t", payload={"n": n}) for n in (3, 4)]
+    assert store.prune_messages(0, now_ms=cutoff, batch_size=2) == 3
+    assert log_rows(store) == [m.id for m in new]
+    # resumed after message 1: message 2 was pruned, the later ones come in order
+    resumed = store.message_feed("a1", cursor=cursor)
+    assert [m.payload["n"] for m in resumed.next(timeout_s=0)] == [3, 4]
+    # everything pruned, the log is empty: a cursor at its old end still sees what follows
+    end = resumed.cursor
+    assert store.prune_messages(0, batch_size=1000) == 2
+    assert log_rows(store) == []
+    fresh = store.message_feed("a1")
+    later = store.audit_log("event", "x", "a1", "t", payload={"n": 5})
+    for reader in (store.message_feed("a1", cursor=end), fresh):
+        assert [m.id for m in reader.next(timeout_s=0)] == [later.id]
+
+
+def test_the_log_trim_leaves_the_rows_of_kept_messages(store: HubStore) -> None:
+    ids = add_messages(store, [NOW - 2 * DAY] * 5 + [NOW] * 5)
+    assert store.prune_messages(DAY, now_ms=NOW, batch_size=3) == 5
+    assert log_rows(store) == ids[5:]

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 from sqlalchemy import Integer, bindparam, delete, func, select
 
-from hubstore.models import DeadLetter, Message, MessageInbox, table_of
+from hubstore.models import DeadLetter, Message, MessageInbox, MessageLog, table_of
 from hubstore.services.base import Operations, resolve_now
 from hubstore.validation import require_int
 
@@ -45,7 +46,15 @@ _BATCH = (select(_messages.c.id, _messages.c.created_at_ms)
           .order_by(_messages.c.created_at_ms)
           .limit(bindparam("p_limit", type_=Integer)))
 
+_log = table_of(MessageLog)
+_LOG_SCAN = (select(_log.c.seq, _messages.c.id.is_(None).label("gone"))
+             .select_from(_log.outerjoin(_messages, _messages.c.id == _log.c.message_id))
+             .where(_log.c.seq > bindparam("p_after"))
+             .order_by(_log.c.seq)
+             .limit(bindparam("p_limit", type_=Integer)))
+
 Progress = Callable[[int], None]
+_K = TypeVar("_K")
 
 
 class RetentionOps(Operations):
@@ -92,7 +101,31 @@ class RetentionOps(Operations):
                     break
                 if pause:
                     time.sleep(max(MIN_PAUSE_S, (time.monotonic() - began) * PAUSE_SHARE))
+        if deleted:
+            self._trim_message_log(batch_size)
         return deleted
+
+    def _trim_message_log(self, batch_size: int) -> None:
+        """Delete the message_log rows (revision 0007) of deleted messages.
+
+        Feeds join the log to messages, so such rows only cost space; and a feed's
+        position stays valid without them (seqs are never handed out again, so messages
+        written later still come after it). The oldest messages go first, and their log
+        rows are the lowest seqs: the log is read from its start, a batch at a time
+        (the primary key's range, each seq's message looked up by its key), until a
+        batch finds no row to delete.
+        """
+        after = 0
+        while True:
+            with self.unit_of_work() as uow:
+                rows = uow.connection.execute(_LOG_SCAN, {
+                    "p_after": after, "p_limit": batch_size}).all()
+                gone = [row.seq for row in rows if row.gone]
+                for chunk in _chunks(gone):
+                    uow.connection.execute(delete(_log).where(_log.c.seq.in_(chunk)))
+            if not gone or len(rows) < batch_size:
+                return
+            after = rows[-1].seq
 
     def count_messages_before(self, older_than_ms: int, now_ms: int | None = None) -> int:
         """How many messages ``prune_messages`` would delete now (index-backed count)."""
@@ -105,5 +138,5 @@ class RetentionOps(Operations):
                     _messages.c.created_at_ms < before)) or 0)
 
 
-def _chunks(ids: list[str]) -> list[list[str]]:
+def _chunks(ids: list[_K]) -> list[list[_K]]:
     return [ids[i:i + IN_CHUNK] for i in range(0, len(ids), IN_CHUNK)]
