@@ -139,7 +139,9 @@ class HubStore(WaitingOps, HubOperations):
         return unsubscribe
 
     def close(self) -> None:
-        """Release every connection."""
+        """Release everything: wake and stop the waiters (``wait_for_assign`` and
+        message feeds return as on a timeout), then close every connection."""
+        self.close_waiters()
         self.connections.close()
 
     def __enter__(self) -> HubStore:

@@ -613,3 +613,61 @@ def test_a_connection_killed_inside_a_unit_of_work_is_unavailable_then_recovers(
     store.register_agent("after", "codex")  # the pool recovered
     assert sorted(a.agent_id for a in store.list_all_agents()) == ["after", "before"]
     assert store.get_hub_stats()["total_messages"] == 0
+
+
+# -- 11. retention's pause, close() and the waiters ----------------------------------
+
+
+@pytest.fixture
+def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The pauses prune_messages takes between its batches."""
+    from hubstore.services import retention
+
+    taken: list[float] = []
+    monkeypatch.setattr(retention, "time", type("Clock", (), {
+        "sleep": staticmethod(taken.append), "monotonic": staticmethod(time.monotonic)}))
+    return taken
+
+
+def test_prune_pauses_between_batches_only_as_its_own_transactions(
+        store: HubStore, sleeps: list[float]) -> None:
+    from hubstore.testing.factories import MessageFactory
+
+    now = 10 ** 12
+    MessageFactory.create_batch(6, created_at_ms=now - 10_000)
+    with store.unit_of_work():  # a store call joined into an open unit of work
+        assert store.prune_messages(1000, now_ms=now, batch_size=2) == 6
+    assert sleeps == []
+    MessageFactory.create_batch(6, created_at_ms=now - 10_000)
+    with store.unit_of_work() as uow:  # called on the unit of work
+        assert uow.prune_messages(1000, now_ms=now, batch_size=2) == 6
+    assert sleeps == []
+    MessageFactory.create_batch(6, created_at_ms=now - 10_000)
+    assert store.prune_messages(1000, now_ms=now, batch_size=2) == 6
+    assert len(sleeps) == 3  # after each full batch, its own short transaction
+    assert store.get_hub_stats()["total_messages"] == 0
+
+
+def test_close_wakes_the_waiters_and_stops_the_watcher(db_url: URL) -> None:
+    import threading
+
+    store = HubStore.open(db_url)
+    got: list[object] = []
+    waiter = threading.Thread(target=lambda: got.append(
+        store.wait_for_assign("w", timeout_s=30)))
+    waiter.start()
+    deadline = time.monotonic() + 10
+    while not store.__dict__.get("_change_watcher") or not store.change_watcher()._subs:
+        assert time.monotonic() < deadline, "the waiter never subscribed"
+        time.sleep(0.01)
+    watcher = store.change_watcher()
+    began = time.monotonic()
+    store.close()
+    waiter.join(timeout=5)
+    assert not waiter.is_alive() and got == [None]
+    assert time.monotonic() - began < 2.0
+    thread = watcher._thread
+    if thread is not None:
+        thread.join(timeout=5)
+        assert not thread.is_alive()
+    assert "_change_watcher" not in store.__dict__

@@ -70,10 +70,6 @@ class RetentionOps(Operations):
         require_int(older_than_ms, "older_than_ms", minimum=0)
         require_int(batch_size, "batch_size", minimum=1)
         before = resolve_now(now_ms) - older_than_ms
-        from hubstore.uow import UnitOfWork  # (it imports the services)
-
-        # Inside a unit of work the batches are parts of its transaction: no pause then.
-        pause = not isinstance(self, UnitOfWork)
         deleted = 0
         for priority in PRIORITIES:
             start: int | None = None  # created_at_ms where this priority's next batch starts
@@ -91,6 +87,10 @@ class RetentionOps(Operations):
                             _letters.c.message_id.in_(chunk)))
                         uow.connection.execute(delete(_messages).where(
                             _messages.c.id.in_(chunk)))
+                # Joined into a unit of work still open (called on it, or on the store
+                # inside one), the batches are parts of its transaction: nothing to pause
+                # for, the writer's turn is not given back.
+                pause = uow.store.current_uow.get() is None
                 if not rows:
                     break
                 deleted += len(ids)

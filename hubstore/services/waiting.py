@@ -130,7 +130,10 @@ def deadline_after(timeout_s: object) -> float | None:
 
 def pause(sub: signals.Subscription, deadline: float | None) -> bool:
     """Wait for a wake-up, the watcher's re-check interval or the deadline, whichever
-    comes first; False when the deadline has passed (time to give up)."""
+    comes first; False when the deadline has passed or the store closed (time to give
+    up)."""
+    if sub.watcher._closed:
+        return False
     wait = sub.watcher.recheck_s
     if deadline is not None:
         remaining = deadline - time.monotonic()
@@ -138,7 +141,7 @@ def pause(sub: signals.Subscription, deadline: float | None) -> bool:
             return False
         wait = min(wait, remaining)
     sub.wait(wait)
-    return True
+    return not sub.watcher._closed  # the store closed: its waiters give up
 
 
 def feed_keys(agent_id: str, topics: Iterable[str]) -> frozenset[str]:
