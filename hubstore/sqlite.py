@@ -52,9 +52,26 @@ def configure_engine(engine: Engine, *, wal: bool, foreign_keys: bool,
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
+        driver: Any = conn.connection.driver_connection
+        if driver.in_transaction:  # a unit of work began it on the driver: join it
+            return
         mode = conn.get_execution_options().get(BEGIN_MODE, "DEFERRED")
-        conn.connection.driver_connection.execute(  # type: ignore[union-attr]
-            "BEGIN IMMEDIATE" if mode == "IMMEDIATE" else "BEGIN DEFERRED")
+        driver.execute(begin_statement(mode == "IMMEDIATE"))
+
+
+def begin_statement(write: bool) -> str:
+    """How a transaction begins: writers take the write lock up front."""
+    return "BEGIN IMMEDIATE" if write else "BEGIN DEFERRED"
+
+
+def unwatched(conn: Connection) -> bool:
+    """True when no event listener but hubstore's own BEGIN watches the connection's
+    transactions or statements, and echo is off: a unit of work may then begin and
+    commit on the driver, unseen by SQLAlchemy's execution layer."""
+    dispatch = conn.dispatch
+    return not (dispatch.before_cursor_execute or dispatch.after_cursor_execute
+                or dispatch.commit or dispatch.rollback or len(dispatch.begin) > 1
+                or conn._echo)
 
 
 def set_query_only(conn: Connection, on: bool) -> None:

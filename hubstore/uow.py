@@ -37,6 +37,7 @@ from sqlalchemy import Connection, inspect, select
 from sqlalchemy.engine import RootTransaction
 from sqlalchemy.orm import Session
 
+from hubstore import sqlite
 from hubstore.db_errors import translate
 from hubstore.errors import HubStoreError, ReadOnlyUnitOfWork
 from hubstore.services import HubOperations
@@ -49,9 +50,17 @@ log = logging.getLogger(__name__)
 
 
 class UnitOfWork(HubOperations):
-    """One connection, one transaction, and a Session on them when ORM work needs one."""
+    """One connection, one transaction, and a Session on them when ORM work needs one.
 
-    connection: Connection
+    On SQLite, when no engine event listener watches transactions or statements (and
+    echo is off), the transaction is begun and committed on the driver itself, and
+    SQLAlchemy's own transaction object is made only once ``uow.connection`` (or the
+    Session, or a savepoint) is used: entering and leaving SQLAlchemy's transaction cost
+    more than the one-row statements of the hot paths. With a listener registered,
+    everything goes through SQLAlchemy as usual, so the listener sees it.
+    """
+
+    _conn: Connection
 
     def __init__(self, store: HubStore, *, write: bool = True) -> None:
         self.store = store
@@ -60,6 +69,8 @@ class UnitOfWork(HubOperations):
         self._after_commit: list[Callable[[], None]] = []
         self._session: Session | None = None
         self._transaction: RootTransaction | None = None
+        #: The driver connection when the transaction was begun on it (see above).
+        self._raw: Any = None
         self._locked = False
         self._entered = False
         self._token: Any = None
@@ -77,11 +88,16 @@ class UnitOfWork(HubOperations):
             if self.write and source.writers is not None:
                 source.writers.acquire()
                 self._locked = True
-            self.connection = source.acquire(self.write)
+            conn = self._conn = source.acquire(self.write)
             try:
-                self._transaction = self.connection.begin()
+                if source.is_sqlite and sqlite.unwatched(conn):
+                    raw: Any = conn.connection.driver_connection
+                    raw.execute(sqlite.begin_statement(self.write))
+                    self._raw = raw
+                else:
+                    self._transaction = conn.begin()
             except BaseException:
-                source.release(self.connection, self.write)
+                source.release(conn, self.write)
                 raise
         except BaseException as exc:
             self._unlock()
@@ -100,8 +116,10 @@ class UnitOfWork(HubOperations):
                 if session is not None:
                     session.flush()
                     _reload_expired(session)
-                assert self._transaction is not None
-                self._transaction.commit()
+                if self._transaction is not None:
+                    self._transaction.commit()
+                else:
+                    self._raw.commit()
                 committed = True
         except BaseException as error:
             failure = error
@@ -112,15 +130,21 @@ class UnitOfWork(HubOperations):
                 session.expunge_all()  # rows handed out stay readable (detached)
                 session.close()
             broken = False
-            if not committed and self._transaction is not None:
+            if not committed and self._transaction is None and self._raw is not None:
+                try:
+                    if self._raw.in_transaction:
+                        self._raw.rollback()
+                except Exception as error:
+                    failure, broken = failure or error, True
+            elif not committed and self._transaction is not None:
                 try:  # also ends a transaction whose COMMIT failed
-                    if self.connection.get_transaction() is self._transaction:
+                    if self._conn.get_transaction() is self._transaction:
                         self._transaction.rollback()  # (a failed flush rolled it back)
                     if self.dialect == "sqlite" and self.driver.in_transaction:
                         self.driver.rollback()  # SQLAlchemy left a failed COMMIT's open
                 except Exception as error:
                     failure, broken = failure or error, True
-            self.store.connections.release(self.connection, self.write, broken=broken)
+            self.store.connections.release(self._conn, self.write, broken=broken)
             self._unlock()
         if failure is not None:
             raise self._translated(failure) from failure
@@ -182,9 +206,29 @@ class UnitOfWork(HubOperations):
     # -- what services use -----------------------------------------------------------
 
     @property
+    def connection(self) -> Connection:
+        """The SQLAlchemy Connection, in this unit of work's transaction (when that was
+        begun on the driver, SQLAlchemy's transaction joins it now)."""
+        if self._transaction is None and self._raw is not None:
+            try:
+                self._transaction = self._conn.begin()  # no second BEGIN (sqlite.py)
+            except BaseException as exc:
+                raise self._translated(exc) from exc
+        return self._conn
+
+    @property
     def driver(self) -> Any:
         """The DBAPI connection under ``connection``."""
-        return self.connection.connection.driver_connection
+        raw = self._raw
+        return raw if raw is not None else self._conn.connection.driver_connection
+
+    def statements_watched(self) -> bool:
+        """Whether an engine event listener (or echo) watches statements now: then the
+        hot paths run theirs through SQLAlchemy's execution layer, which tells it."""
+        conn = self._conn
+        dispatch = conn.dispatch
+        return bool(dispatch.before_cursor_execute or dispatch.after_cursor_execute
+                    or conn._echo)
 
     @property
     def session(self) -> Session:

@@ -86,7 +86,7 @@ class Prepared:
         self._readers: dict[tuple[str, ...], list[Any]] = {}
 
     def _compile(self, uow: UnitOfWork) -> tuple[str, list[tuple[str, Any, Any]]]:
-        dialect = uow.connection.dialect
+        dialect = uow.store.engine.dialect
         compiled = cast(SQLCompiler, cast(ClauseElement, self.statement).compile(
             dialect=dialect))
         if compiled.post_compile_params:  # IN (...) lists and literal_execute values
@@ -107,12 +107,10 @@ class Prepared:
         for name, process, default in params:
             value = values.get(name, default)
             args.append(value if process is None else process(value))
-        conn = uow.connection
-        if conn.dispatch.before_cursor_execute or conn.dispatch.after_cursor_execute \
-                or conn._echo:
+        if uow.statements_watched():
             # Someone watches statements (echo, OpenTelemetry, Sentry): go through
             # SQLAlchemy's execution layer, which tells them; it costs a few µs.
-            result = conn.exec_driver_sql(sql, tuple(args))
+            result = uow.connection.exec_driver_sql(sql, tuple(args))
             if not result.returns_rows:
                 return result.rowcount, (), []
             return result.rowcount, tuple(result.keys()), list(result.fetchall())
@@ -149,5 +147,5 @@ class Prepared:
     def _reader(self, uow: UnitOfWork, name: str) -> Any:
         if self.table is None or name not in self.table.c:
             return None
-        dialect = uow.connection.dialect
+        dialect = uow.store.engine.dialect
         return self.table.c[name].type.dialect_impl(dialect).result_processor(dialect, None)
