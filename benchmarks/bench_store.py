@@ -744,23 +744,29 @@ def load_async_store() -> tuple[Any, str | None]:
 
 
 async def _async_plan(store_class: Any, url: str, plan: Sequence[str],
-                      ops: int) -> dict[str, float]:
+                      ops: int, tasks: int = 1) -> dict[str, float]:
+    """ops/s of each workload, its ``ops`` calls shared by ``tasks`` concurrent tasks."""
     rates: dict[str, float] = {}
     async with await store_class.open(url) as store:
         for name in plan:
             op = ASYNC_WORKLOADS.get(name)
             if op is None:
                 continue
+
+            async def share(k: int, op: AsyncOp = op) -> None:
+                for i in range(k, ops, tasks):
+                    await op(store, i)
+
             started = time.perf_counter()
-            for i in range(ops):
-                await op(store, i)
+            await asyncio.gather(*(share(k) for k in range(tasks)))
             elapsed = time.perf_counter() - started
             rates[name] = ops / elapsed if elapsed > 0 else float("inf")
     return rates
 
 
-def run_async_plan(store_class: Any, url: str, plan: Sequence[str], ops: int) -> dict[str, float]:
-    return asyncio.run(_async_plan(store_class, url, plan, ops))
+def run_async_plan(store_class: Any, url: str, plan: Sequence[str], ops: int,
+                   tasks: int = 1) -> dict[str, float]:
+    return asyncio.run(_async_plan(store_class, url, plan, ops, tasks))
 
 
 # --------------------------------------------------------------------------- measuring
@@ -774,6 +780,7 @@ class Measured:
     reference_runs: dict[str, list[float]] | None = None
     async_runs: dict[str, list[float]] | None = None
     async_note: str | None = None
+    async_tasks: int = 1
     preload_s: float = 0.0
     reference_template: Path | None = None
 
@@ -800,11 +807,12 @@ def _append(into: dict[str, list[float]], rates: dict[str, float]) -> None:
 
 def bench_database(target: Target, preload_rows: int, workloads: Sequence[str], ops: int,
                    repeats: int, log: Log, reference: Reference | None = None,
-                   with_async: bool = False) -> Measured:
+                   with_async: bool = False, async_tasks: int = 1) -> Measured:
     """Preload templates, then per repeat time the workloads on fresh copies."""
     plan = plan_workloads(workloads)
     url, ref_path, preload_s = prepare(target, preload_rows, reference, log)
-    measured = Measured(runs={}, preload_s=preload_s, reference_template=ref_path)
+    measured = Measured(runs={}, preload_s=preload_s, reference_template=ref_path,
+                        async_tasks=async_tasks)
     store_class = None
     if with_async:
         store_class, measured.async_note = load_async_store()
@@ -834,7 +842,7 @@ def bench_database(target: Target, preload_rows: int, workloads: Sequence[str], 
         if store_class is not None:
             copy = copy_database(url, k)
             try:
-                arates = run_async_plan(store_class, copy, plan, ops)
+                arates = run_async_plan(store_class, copy, plan, ops, async_tasks)
             finally:
                 drop_copy(copy, target.keep)
             measured.async_runs = measured.async_runs or {}
@@ -1020,7 +1028,8 @@ def results_table(measured: Measured, published: dict[str, float] | None) -> str
     elif published is not None:
         header += ["published reference (other machine)", "ratio"]
     if measured.async_runs:
-        header += ["async median", "async/sync"]
+        tasks = measured.async_tasks
+        header += [f"async median ({tasks} task{'s' if tasks > 1 else ''})", "async/sync"]
     rows = []
     for name, values in measured.runs.items():
         median = statistics.median(values)
@@ -1065,7 +1074,7 @@ def emit(payload: dict[str, Any], table: str, json_only: bool) -> None:
 
 def run_standard(args: argparse.Namespace, target: Target, log: Log) -> None:
     measured = bench_database(target, args.preload, args.workloads, args.n, args.repeat, log,
-                              args.reference, args.async_)
+                              args.reference, args.async_, args.async_tasks)
     yardstick = machine_yardstick()
     results = medians(measured.runs)
     payload: dict[str, Any] = {
@@ -1097,6 +1106,7 @@ def run_standard(args: argparse.Namespace, target: Target, log: Log) -> None:
             payload["reference_source"] = "published"
     if measured.async_runs is not None:
         payload["async"] = medians(measured.async_runs)
+        payload["async_tasks"] = measured.async_tasks
         payload["async_spread"] = {
             name: spread(values) for name, values in measured.async_runs.items()}
     if measured.async_note:
@@ -1580,6 +1590,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--async", dest="async_", action="store_true",
         help="also time the workloads through hubstore.aio.AsyncHubStore (skipped with a "
         "note when it is not importable)",
+    )
+    parser.add_argument(
+        "--async-tasks", type=int, default=1, metavar="T",
+        help="--async: share each workload's calls among T concurrent tasks (default 1: "
+        "one call at a time, as the sync run makes them)",
     )
     parser.add_argument("--keep-db", action="store_true", help="keep the temporary SQLite files")
     parser.add_argument("--json-only", action="store_true", help="print only the JSON line")
