@@ -33,6 +33,8 @@ import concurrent.futures
 import contextvars
 import inspect
 import logging
+import queue
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -82,17 +84,55 @@ class _Declined(Exception):
 
 
 class _Lane:
-    """One thread, running one call at a time."""
+    """One thread, running one call at a time, in the order they came.
+
+    A call's result reaches the event loop in one ``call_soon_threadsafe`` (with what
+    must happen once the call has ended: giving the lane back), so a call costs the
+    loop one wake-up; concurrent.futures with asyncio.wrap_future would cost two.
+    """
 
     def __init__(self, name: str) -> None:
-        self.executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix=name)
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self.thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self.thread.start()
 
-    def submit(self, context: contextvars.Context, fn: Callable[_P, _T], /,
-               *args: _P.args, **kwargs: _P.kwargs) -> concurrent.futures.Future[_T]:
-        def run() -> _T:
-            return context.run(fn, *args, **kwargs)
+    def _serve(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            job()
 
-        return self.executor.submit(run)
+    def run(self, loop: asyncio.AbstractEventLoop, context: contextvars.Context,
+            then: Callable[[], None] | None, fn: Callable[_P, _T], /,
+            *args: _P.args, **kwargs: _P.kwargs) -> asyncio.Future[_T]:
+        """Queue ``fn(*args, **kwargs)`` (in ``context``); ``then()`` runs on the loop
+        when it has ended, even if the returned future was cancelled meanwhile."""
+        future: asyncio.Future[_T] = loop.create_future()
+
+        def job() -> None:
+            try:
+                result = context.run(fn, *args, **kwargs)
+            except BaseException as exc:
+                _call_soon(loop, _ended, future, None, exc, then)
+            else:
+                _call_soon(loop, _ended, future, result, None, then)
+
+        self._jobs.put(job)
+        return future
+
+    def stop(self) -> None:
+        """End the thread once the calls queued before have run."""
+        self._jobs.put(None)
+
+
+def _ended(future: asyncio.Future[_T], result: _T, exc: BaseException | None,
+           then: Callable[[], None] | None) -> None:
+    if then is not None:
+        then()
+    if future.done():  # cancelled: nobody waits for the result
+        return
+    if exc is not None:
+        future.set_exception(exc)
+    else:
+        future.set_result(result)
 
 
 class _Lanes:
@@ -201,21 +241,19 @@ class AsyncHubStore(AsyncOperations):
         current = self._current.get()
         if current is not None and current.is_open:
             return await current._call(fn, *args, **kwargs)
-        return await asyncio.wrap_future(await self._submit(fn, *args, **kwargs))
+        return await (await self._submit(fn, *args, **kwargs))
 
     async def _submit(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs
-                      ) -> concurrent.futures.Future[_T]:
+                      ) -> asyncio.Future[_T]:
         """Start ``fn`` on a free lane; the lane is free again when ``fn`` ends."""
         loop = self._loop_now()
         lane = await self._lanes.acquire()
         try:
-            future = lane.submit(contextvars.copy_context(), fn, *args, **kwargs)
+            return lane.run(loop, contextvars.copy_context(),
+                            lambda: self._lanes.release(lane), fn, *args, **kwargs)
         except BaseException:
             self._lanes.release(lane)
             raise
-        future.add_done_callback(
-            lambda _: _call_soon(loop, self._lanes.release, lane))
-        return future
 
     def _loop_now(self) -> asyncio.AbstractEventLoop:
         loop = asyncio.get_running_loop()
@@ -315,7 +353,7 @@ class AsyncHubStore(AsyncOperations):
                     raise _Declined
             return job
 
-        done = asyncio.wrap_future(await self._submit(claim))
+        done = await self._submit(claim)
         try:
             either: list[asyncio.Future[Any]] = [offered, done]
             await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
@@ -332,7 +370,7 @@ class AsyncHubStore(AsyncOperations):
         except asyncio.CancelledError:  # during the commit: put the job back afterwards
             job = await _quietly(done)
             if job is not None:
-                await _finish(asyncio.wrap_future(await self._submit(_requeue, self.sync, job)))
+                await _finish(await self._submit(_requeue, self.sync, job))
             raise
 
     async def message_feed(self, agent_id: str, include_topics: Iterable[str] | None = None,
@@ -351,7 +389,9 @@ class AsyncHubStore(AsyncOperations):
 
     def _close_sync(self, lanes: list[_Lane]) -> None:
         for lane in lanes:
-            lane.executor.shutdown(wait=True)
+            lane.stop()
+        for lane in lanes:
+            lane.thread.join()
         self.sync.close_waiters()
         self.sync.close()
 
@@ -401,7 +441,8 @@ class AsyncUnitOfWork(AsyncOperations):
         lane = self._lane
         if lane is None:
             raise RuntimeError("this unit of work is not open")
-        return await asyncio.wrap_future(lane.submit(self._context, fn, *args, **kwargs))
+        return await lane.run(self.store._loop_now(), self._context, None, fn, *args,
+                              **kwargs)
 
     async def run_sync(self, fn: Callable[[UnitOfWork], _T]) -> _T:
         """``fn(uow)`` with the sync unit of work, in its transaction, on its lane
@@ -422,8 +463,9 @@ class AsyncUnitOfWork(AsyncOperations):
         assert self._lane is not None
         self._manager = _PENDING
         try:
-            self._manager, self._sync = await _finish(asyncio.wrap_future(
-                self._lane.submit(self._context, _enter, self.store.sync, self.write)))
+            self._manager, self._sync = await _finish(self._lane.run(
+                self.store._loop_now(), self._context, None, _enter, self.store.sync,
+                self.write))
         except BaseException:
             self._sync = None
             self._free_lane()
@@ -441,8 +483,8 @@ class AsyncUnitOfWork(AsyncOperations):
         try:
             # Queued behind any call of this block still running on the lane; awaited to
             # its end even when cancelled, so the transaction never outlives the block.
-            suppress = await _finish(asyncio.wrap_future(
-                lane.submit(self._context, manager.__exit__, exc_type, exc, tb)))
+            suppress = await _finish(lane.run(self.store._loop_now(), self._context, None,
+                                              manager.__exit__, exc_type, exc, tb))
         finally:
             self._sync = None
             self._free_lane()
