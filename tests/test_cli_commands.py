@@ -1,0 +1,532 @@
+"""Every ``hubstore`` command run as a user runs it: a subprocess (``python -m hubstore``
+or the ``hubstore`` console script), real files and databases, on SQLite and on
+PostgreSQL where the command applies; output and exit status checked."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, inspect, text
+from sqlalchemy.engine import URL, make_url
+
+from hubstore import HubStore, migrations
+from hubstore.cli import main
+from hubstore.engine import ENV_URL
+from hubstore.reflexion import lookup_solution, normalize_error
+from hubstore.testing.factories import (
+    DeadLetterFactory,
+    MessageFactory,
+    MessageInboxFactory,
+    ReflexionEntryFactory,
+)
+from hubstore.types import AssignStatus
+from tests.conftest import FIXTURES, PostgresDatabases
+
+BIN = Path(sys.executable).parent
+HEAD = migrations.head()
+DAY = 86_400_000
+ERROR = "TypeError: Cannot read property 'x' of undefined"
+# Wide enough that rich never folds a cell (ids are 36 characters), and no colour codes.
+ENV = {k: v for k, v in os.environ.items() if k != ENV_URL} | {
+    "COLUMNS": "300", "NO_COLOR": "1", "TERM": "dumb"}
+
+
+def hubstore(*args: str, url: URL | None = None, stdin: str = "",
+             cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m hubstore ARGS [--url URL]``, as a shell would run it."""
+    extra = ["--url", url.render_as_string(hide_password=False)] if url is not None else []
+    return subprocess.run([sys.executable, "-m", "hubstore", *args, *extra], input=stdin,
+                          capture_output=True, text=True, env=ENV, cwd=cwd, timeout=300,
+                          check=False)
+
+
+def file_stamp(url: URL) -> tuple[bytes, int, bytes] | None:
+    """A SQLite file's bytes and mtime, and its write-ahead log's bytes (None on
+    PostgreSQL): what any write, committed or checkpointed, would change."""
+    if url.get_backend_name() != "sqlite":
+        return None
+    path = Path(str(url.database))
+    wal = path.with_name(path.name + "-wal")
+    return path.read_bytes(), path.stat().st_mtime_ns, wal.read_bytes() if wal.exists() else b""
+
+
+def checkpoint(url: URL) -> None:
+    """SQLite: move the log into the file, so a reader closing last has nothing to move."""
+    if url.get_backend_name() == "sqlite":
+        with sqlite3.connect(str(url.database)) as conn:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+def sql(url: URL, *statements: str) -> None:
+    """Raw SQL behind the store's back (foreign keys off on SQLite, as pysqlite leaves)."""
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            for statement in statements:
+                conn.exec_driver_sql(statement)
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture
+def read_only(db_url: URL, store: HubStore, request: pytest.FixtureRequest) -> Iterator[None]:
+    """PostgreSQL: every new transaction of the test's database is READ ONLY, so a
+    command that wrote anything would fail. SQLite: the file's bytes and mtime are
+    compared afterwards."""
+    checkpoint(db_url)
+    before = file_stamp(db_url)
+    if db_url.get_backend_name() == "postgresql":
+        postgres: PostgresDatabases = request.getfixturevalue("postgres")
+        with postgres.admin.connect() as conn:
+            conn.execute(text(f'ALTER DATABASE "{db_url.database}" '
+                              "SET default_transaction_read_only = on"))
+    yield
+    assert file_stamp(db_url) == before
+
+
+# --- -h everywhere ---------------------------------------------------------------------
+
+def _command_paths() -> list[list[str]]:
+    paths: list[list[str]] = [[]]
+    for name, command in main.commands.items():
+        paths.append([name])
+        paths.extend([name, sub] for sub in getattr(command, "commands", {}))
+    return paths
+
+
+@pytest.mark.parametrize("path", _command_paths(), ids=lambda p: " ".join(p) or "hubstore")
+def test_dash_h_everywhere(path: list[str]) -> None:
+    run = subprocess.run([BIN / "hubstore", *path, "-h"], capture_output=True, text=True,
+                         env=ENV, check=False, timeout=60)
+    assert (run.returncode, run.stderr) == (0, "")
+    assert run.stdout.startswith(f"Usage: hubstore {' '.join(path)}".rstrip() + " ")
+    assert "-h, --help" in run.stdout
+    if path and path != ["db"]:
+        assert "--url URL" in run.stdout
+
+
+# --- db check ----------------------------------------------------------------------------
+
+def test_check_a_healthy_database_reads_only(db_url: URL, store: HubStore) -> None:
+    store.register_agent("codex-1", "codex", topics=["t.a"])
+    store.enqueue_message("event", "codex-1", "gemini-1", "t.a", priority=9)
+    store.create_assign("lead", "codex-1", task="build")
+    DeadLetterFactory.create(message_id=MessageFactory.create().id)
+    before = file_stamp(db_url)
+    run = hubstore("db", "check", url=db_url)
+    shown = db_url.render_as_string(hide_password=True)
+    assert (run.returncode, run.stdout, run.stderr) == (
+        0, f"{shown}: healthy (revision {HEAD})\n", "")
+    assert file_stamp(db_url) == before
+
+
+#: Damage done by raw SQL, and the one line `db check` prints about it.
+DAMAGE: dict[str, tuple[list[str], str]] = {
+    "figure": (["UPDATE hub_counters SET value = value + 5 WHERE name = 'messages'"],
+               "figures: hub_counters says messages = 7, the rows count 2"),
+    "drift": (["DROP INDEX idx_agents_status"],
+              "schema: index missing from the database: agents.idx_agents_status"),
+    "revision": (["UPDATE alembic_version SET version_num = '0006'"],
+                 f"alembic_version: the revision is 0006, the head is {HEAD} "
+                 "(run `hubstore db upgrade`)"),
+}
+SQLITE_DAMAGE: dict[str, tuple[list[str], str]] = {
+    "foreign_key": (["INSERT INTO message_inbox (message_id, agent_id, attempts) "
+                     "VALUES ('ghost', 'b', 0)"],
+                    "foreign key: message_inbox row 3 has no parent row in messages"),
+    "check_constraint": (["PRAGMA ignore_check_constraints = 1",
+                          "UPDATE agents SET status = 'asleep'"],
+                         "check constraint: agents has 1 row(s) breaking ck_agents_status "
+                         "(status IN ('online', 'stale', 'offline'))"),
+}
+
+
+@pytest.mark.parametrize("damage", [*DAMAGE, *SQLITE_DAMAGE])
+def test_check_reports_each_finding_on_one_line(db_url: URL, store: HubStore,
+                                                damage: str) -> None:
+    if damage in SQLITE_DAMAGE and db_url.get_backend_name() != "sqlite":
+        pytest.skip("PostgreSQL enforces foreign keys and CHECK constraints itself")
+    store.register_agent("codex-1", "codex")
+    for _ in range(2):
+        MessageInboxFactory.create()
+    statements, line = (DAMAGE | SQLITE_DAMAGE)[damage]
+    sql(db_url, *statements)
+    before = file_stamp(db_url)
+    run = hubstore("db", "check", url=db_url)
+    assert (run.returncode, run.stdout, run.stderr) == (1, line + "\n", "")
+    assert file_stamp(db_url) == before
+
+
+def test_check_lists_every_finding(db_url: URL, store: HubStore) -> None:
+    store.register_agent("codex-1", "codex")
+    for _ in range(2):
+        MessageInboxFactory.create()
+    kinds = ["figure", "drift"] + (list(SQLITE_DAMAGE) if db_url.get_backend_name() == "sqlite"
+                                   else [])
+    damage = {k: (DAMAGE | SQLITE_DAMAGE)[k] for k in kinds}
+    sql(db_url, *[s for statements, _ in damage.values() for s in statements])
+    run = hubstore("db", "check", url=db_url)
+    assert run.returncode == 1
+    assert sorted(run.stdout.splitlines()) == sorted(line for _, line in damage.values())
+
+
+def test_check_of_an_empty_database_says_it_is_not_migrated(empty_url: URL) -> None:
+    if empty_url.get_backend_name() == "sqlite":
+        sqlite3.connect(str(empty_url.database)).close()
+    run = hubstore("db", "check", url=empty_url)
+    assert (run.returncode, run.stdout) == (
+        1, f"alembic_version: the revision is none, the head is {HEAD} "
+           "(run `hubstore db upgrade`)\n")
+
+
+# --- db backup ---------------------------------------------------------------------------
+
+WRITER = """
+import sys, time
+from pathlib import Path
+from hubstore import HubStore
+url, stop = sys.argv[1], Path(sys.argv[2])
+worst, n = 0.0, 0
+with HubStore.open(url) as store:
+    while not stop.exists():
+        started = time.perf_counter()
+        message = store.enqueue_message("event", "w", "r", "t.a", priority=5 + n % 5)
+        store.create_assign("lead", "w", task=message.id)
+        worst = max(worst, time.perf_counter() - started)
+        n += 1
+        if n == 50:
+            Path(sys.argv[2] + ".ready").touch()
+print(n, worst)
+"""
+
+
+def test_backup_is_consistent_while_another_process_writes(tmp_path: Path, db_url: URL) -> None:
+    if db_url.get_backend_name() != "sqlite":
+        pytest.skip("SQLite's online backup (PostgreSQL: see the pg_dump test)")
+    stop, dest = tmp_path / "stop", tmp_path / "backups" / "copy.db"
+    dest.parent.mkdir()
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, db_url.render_as_string(hide_password=False), stop],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        deadline = time.monotonic() + 60
+        while not Path(f"{stop}.ready").exists():
+            assert writer.poll() is None, writer.communicate()
+            assert time.monotonic() < deadline, "the writer wrote nothing in 60 s"
+            time.sleep(0.05)
+        run = hubstore("db", "backup", str(dest), url=db_url)
+        time.sleep(0.3)  # the writer goes on after the copy
+    finally:
+        stop.touch()
+        out, errors = writer.communicate(timeout=60)
+    assert writer.returncode == 0, errors
+    written, worst = int(out.split()[0]), float(out.split()[1])
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith(f"{db_url.render_as_string()}: backed up to {dest} (")
+    assert dest.stat().st_mode & 0o777 == 0o600
+    assert [p.name for p in dest.parent.iterdir()] == ["copy.db"]  # no partial file left
+
+    with sqlite3.connect(f"{dest.as_uri()}?mode=ro", uri=True) as copy:
+        assert copy.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        assert copy.execute("PRAGMA foreign_key_check").fetchall() == []
+        messages = copy.execute("SELECT count(*) FROM messages").fetchone()[0]
+        jobs = copy.execute("SELECT count(*) FROM assign_jobs").fetchone()[0]
+        counters = dict(copy.execute("SELECT name, value FROM hub_counters").fetchall())
+    assert 50 <= messages <= written and jobs in (messages, messages - 1)
+    assert counters["messages"] == messages and counters["assign_queued"] == jobs
+    assert hubstore("db", "check", url=make_url(f"sqlite:///{dest}")).returncode == 0
+    assert worst < 2.0, f"a write waited {worst:.2f} s during the backup"
+    assert hubstore("db", "backup", str(dest), url=db_url).returncode == 1  # no overwrite
+    assert hubstore("db", "backup", str(dest), "--force", url=db_url).returncode == 0
+
+
+def test_backup_of_postgresql_explains_pg_dump(tmp_path: Path,
+                                               postgres: PostgresDatabases) -> None:
+    url = make_url("postgresql+psycopg://postgres@127.0.0.1:5432/test")
+    run = hubstore("db", "backup", str(tmp_path / "store.dump"), url=url)
+    assert run.returncode == 2
+    libpq = "postgresql://postgres@127.0.0.1:5432/test"
+    assert (f"`pg_dump --format=custom --file {tmp_path / 'store.dump'} '{libpq}'`"
+            in run.stderr)
+    assert f"pg_restore --dbname '{libpq}'" in run.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+# --- db prune ----------------------------------------------------------------------------
+
+def test_prune_older_than_30_days(db_url: URL, store: HubStore) -> None:
+    now = int(time.time() * 1000)
+    old = [MessageFactory.create(created_at_ms=now - 40 * DAY - i, priority=1 + i % 9)
+           for i in range(30)]
+    new = [MessageFactory.create(created_at_ms=now - 29 * DAY + i) for i in range(10)]
+    for message in old[::2] + new[::2]:
+        MessageInboxFactory.create(message_id=message.id)
+        DeadLetterFactory.create(message_id=message.id)
+
+    run = hubstore("db", "prune", "--older-than", "30d", "--batch-size", "7", url=db_url)
+    assert (run.returncode, run.stdout) == (0, "30\n")
+    assert "pruning messages" in run.stderr and "30/30" in run.stderr
+
+    kept = {m.id for m in new}
+    with store.unit_of_work(write=False) as uow:
+        c = uow.connection
+        assert set(c.scalars(text("SELECT id FROM messages"))) == kept
+        assert set(c.scalars(text("SELECT message_id FROM message_inbox"))) == {
+            m.id for m in new[::2]}
+        assert set(c.scalars(text("SELECT message_id FROM dead_letters"))) == {
+            m.id for m in new[::2]}
+    assert store.get_hub_stats()["total_messages"] == 10
+    assert store.get_queue_depths()["dlq"] == 5
+    assert hubstore("db", "check", url=db_url).returncode == 0  # figures equal the counts
+
+    again = hubstore("db", "prune", "--older-than", "30d", url=db_url)
+    assert (again.returncode, again.stdout) == (0, "0\n")
+    bad = hubstore("db", "prune", "--older-than", "a month", url=db_url)
+    assert bad.returncode == 2 and "write it as 30d, 12h, 15m or 45s" in bad.stderr
+
+
+# --- inspection ------------------------------------------------------------------------
+
+def _documents(rows: list[Any]) -> Any:
+    """What the store returned, as one JSON document reads back."""
+    return json.loads(json.dumps([row.to_dict() for row in rows]))
+
+
+@pytest.fixture
+def busy_hub(store: HubStore) -> HubStore:
+    store.register_agent("codex-1", "codex", topics=["t.a"], metadata={"ключ": "значение"})
+    store.register_agent("gemini-1", "gemini")
+    for i in range(4):
+        store.enqueue_message("event", "gemini-1", "codex-1", "t.b", payload={"n": i})
+    store.enqueue_message("event", "gemini-1", "topic:t.a", "t.a", priority=9)
+    jobs: list[tuple[str, AssignStatus]] = [
+        ("codex-1", "queued"), ("codex-1", "running"), ("gemini-1", "running"),
+        ("codex-1", "failed")]
+    for worker, status in jobs:
+        store.create_assign("lead", worker, task=f"{worker} {status}", status=status)
+    store.add_reflexion(normalize_error(ERROR), ERROR, "guard x")
+    ReflexionEntryFactory.create(error_pattern="typeerror: cannot read property x of null",
+                                 confidence=0.9)
+    return store
+
+
+def test_stats(db_url: URL, busy_hub: HubStore, read_only: None) -> None:
+    figures = {**busy_hub.get_hub_stats(), **busy_hub.get_audit_stats()}
+    run = hubstore("stats", "--json", url=db_url)
+    assert (run.returncode, run.stderr) == (0, "")
+    assert json.loads(run.stdout) == figures
+    assert figures["total_messages"] == 5 and figures["assign_running"] == 2
+    table = hubstore("stats", url=db_url)
+    assert table.returncode == 0 and "hub figures" in table.stdout
+    rows = {line.split("│")[1].strip(): line.split("│")[2].strip()
+            for line in table.stdout.splitlines() if line.count("│") == 3}
+    assert rows == {name: str(value) for name, value in figures.items()}
+
+
+def test_agents(db_url: URL, busy_hub: HubStore, read_only: None) -> None:
+    run = hubstore("agents", "--json", url=db_url)
+    assert (run.returncode, run.stderr) == (0, "")
+    assert json.loads(run.stdout) == _documents(busy_hub.list_all_agents())
+    table = hubstore("agents", url=db_url).stdout
+    assert "agents (2)" in table and "codex-1" in table and '["t.a"]' in table
+
+
+@pytest.mark.parametrize(("options", "expected"), [
+    ([], 4), (["--status", "running"], 2), (["--worker", "codex-1"], 3),
+    (["--status", "running", "--worker", "codex-1"], 1), (["--status", "succeeded"], 0),
+])
+def test_jobs(db_url: URL, busy_hub: HubStore, read_only: None, options: list[str],
+              expected: int) -> None:
+    status = options[options.index("--status") + 1] if "--status" in options else None
+    worker = options[options.index("--worker") + 1] if "--worker" in options else None
+    jobs = busy_hub.list_assigns(status=status, worker_agent=worker)  # type: ignore[arg-type]
+    assert len(jobs) == expected
+    run = hubstore("jobs", *options, "--json", url=db_url)
+    assert (run.returncode, run.stderr) == (0, "")
+    assert json.loads(run.stdout) == _documents(jobs)
+    table = hubstore("jobs", *options, url=db_url).stdout
+    assert f"assign jobs ({expected})" in table
+    everyone = busy_hub.list_assigns()
+    assert {j.job_id for j in everyone if j.job_id in table} == {j.job_id for j in jobs}
+
+
+def test_jobs_refuses_an_unknown_status(db_url: URL, read_only: None) -> None:
+    run = hubstore("jobs", "--status", "runing", url=db_url)
+    assert run.returncode == 2 and "'runing' is not one of 'queued'" in run.stderr
+
+
+def test_messages(db_url: URL, busy_hub: HubStore, read_only: None) -> None:
+    run = hubstore("messages", "--agent", "codex-1", "--limit", "3", "--json", url=db_url)
+    assert (run.returncode, run.stderr) == (0, "")
+    polled = busy_hub.poll_for_agent("codex-1", 3)
+    assert len(polled) == 3 and json.loads(run.stdout) == _documents(polled)
+    table = hubstore("messages", "--agent", "codex-1", url=db_url).stdout
+    assert "messages for codex-1 (5)" in table  # its 4 and its topic's 1
+    assert all(m.id in table for m in busy_hub.poll_for_agent("codex-1", 20))
+    again = hubstore("messages", "--agent", "codex-1", "--limit", "3", "--json", url=db_url)
+    assert again.stdout == run.stdout  # polling marks nothing: the same newest messages
+
+
+def test_reflexion(db_url: URL, busy_hub: HubStore, read_only: None) -> None:
+    error = ERROR
+    run = hubstore("reflexion", error, "--json", url=db_url)
+    assert (run.returncode, run.stderr) == (0, "")
+    entries = lookup_solution(busy_hub, error).entries
+    assert len(entries) == 1 and json.loads(run.stdout) == _documents(entries)
+    table = hubstore("reflexion", error, url=db_url).stdout
+    assert "reflexion entries (1)" in table and "guard x" in table
+    none = hubstore("reflexion", "nothing like it", "--json", url=db_url)
+    assert (none.returncode, none.stdout) == (0, "[]\n")
+
+
+# --- migrations ------------------------------------------------------------------------
+
+def test_upgrade_sql_prints_sql_and_touches_nothing(empty_url: URL, tmp_path: Path) -> None:
+    run = hubstore("db", "upgrade", "--sql", url=empty_url)
+    assert run.returncode == 0, run.stderr
+    assert "CREATE TABLE agents" in run.stdout
+    assert f"UPDATE alembic_version SET version_num='{HEAD}'" in run.stdout
+    if empty_url.get_backend_name() == "sqlite":
+        assert list(tmp_path.iterdir()) == []
+        return
+    engine = create_engine(empty_url)
+    with engine.connect() as conn:
+        assert inspect(conn).get_table_names() == []
+    engine.dispose()
+
+
+def test_upgrade_sql_of_an_existing_file_changes_nothing(db_url: URL) -> None:
+    before = file_stamp(db_url)
+    run = hubstore("db", "upgrade", "0003", "--sql", url=db_url)
+    assert run.returncode == 0 and "CREATE TABLE" in run.stdout
+    assert file_stamp(db_url) == before and migrations.current(db_url) == HEAD
+
+
+def test_downgrade_to_base_asks_first(db_url: URL) -> None:
+    shown = db_url.render_as_string(hide_password=True)
+    before = file_stamp(db_url)
+    no = hubstore("db", "downgrade", "base", url=db_url, stdin="n\n")
+    assert no.returncode == 1
+    assert "removes every hub table and all their rows. Continue? [y/N]" in no.stderr
+    assert f"cancelled: nothing was changed (still at {HEAD})" in no.stderr
+    assert migrations.current(db_url) == HEAD and file_stamp(db_url) == before
+    silent = hubstore("db", "downgrade", "base", url=db_url)  # no answer at all: no
+    assert silent.returncode == 1 and migrations.current(db_url) == HEAD
+
+    yes = hubstore("db", "downgrade", "base", "--yes", url=db_url)
+    assert (yes.returncode, yes.stdout) == (0, f"{shown}: downgraded from {HEAD} to base\n")
+    assert "Continue?" not in yes.stderr
+    assert migrations.current(db_url) is None
+    engine = create_engine(db_url)
+    with engine.connect() as conn:
+        assert not {"agents", "messages"} & set(inspect(conn).get_table_names())
+    engine.dispose()
+    nothing = hubstore("db", "downgrade", "base", url=db_url)
+    assert (nothing.returncode, nothing.stdout) == (0, f"{shown}: already at base, nothing to do\n")
+
+
+def test_downgrade_to_base_with_y(db_url: URL) -> None:
+    run = hubstore("db", "downgrade", "base", url=db_url, stdin="y\n")
+    assert run.returncode == 0 and run.stdout.endswith(f"downgraded from {HEAD} to base\n")
+
+
+def test_stamp_heads_and_nothing_to_do(db_url: URL) -> None:
+    shown = db_url.render_as_string(hide_password=True)
+    assert hubstore("db", "heads", url=db_url).stdout == f"{HEAD} (head) (current)\n"
+    run = hubstore("db", "upgrade", url=db_url)
+    assert run.stdout == f"{shown}: already at head {HEAD}, nothing to do\n"
+    run = hubstore("db", "stamp", "0003", url=db_url)
+    assert (run.returncode, run.stdout) == (0, f"{shown}: stamped 0003 (was {HEAD}); "
+                                               "no migration ran\n")
+    assert hubstore("db", "heads", url=db_url).stdout == f"{HEAD} (head)\n"
+    assert hubstore("db", "current", url=db_url).stdout == f"0003 (head is {HEAD})\n"
+    assert hubstore("db", "stamp", "0003", url=db_url).stdout == (
+        f"{shown}: already stamped 0003, nothing to do\n")
+    assert hubstore("db", "stamp", "head", url=db_url).returncode == 0
+    assert hubstore("db", "check", url=db_url).returncode == 0
+
+
+MISSING_ARGS = [["db", "current"], ["db", "heads"], ["db", "history"], ["db", "check"],
+                ["db", "stamp", "head"], ["db", "downgrade", "base", "--yes"],
+                ["db", "backup", "copy.db"], ["db", "prune", "--older-than", "1d"],
+                ["stats"], ["agents"], ["jobs"], ["messages", "--agent", "a"],
+                ["reflexion", "TypeError"]]
+
+
+@pytest.mark.parametrize("args", MISSING_ARGS, ids=" ".join)
+def test_a_missing_sqlite_file_is_reported_and_not_created(tmp_path: Path,
+                                                           args: list[str]) -> None:
+    path = tmp_path / "missing.db"
+    run = hubstore(*args, "--url", f"sqlite:///{path}", cwd=tmp_path)
+    assert run.returncode == 1
+    assert run.stderr.endswith(f"there is no SQLite database at {path}\n")
+    assert "Traceback" not in run.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bare_path_is_answered_with_the_fix(tmp_path: Path) -> None:
+    run = hubstore("db", "upgrade", "--url", "store.db", cwd=tmp_path)
+    assert run.returncode == 2
+    assert "(did you mean sqlite:///store.db?)" in run.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_folders_are_created_under_an_existing_writable_folder(tmp_path: Path) -> None:
+    path = tmp_path / "a" / "b" / "store.db"
+    run = hubstore("db", "upgrade", "--url", f"sqlite:///{path}")
+    assert run.returncode == 0, run.stderr
+    assert run.stderr == f"created the folder {path.parent} (in {tmp_path})\n"
+    assert migrations.current(f"sqlite:///{path}") == HEAD
+
+
+def test_no_folder_under_a_file_or_at_the_top(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    run = hubstore("db", "upgrade", "--url", f"sqlite:///{tmp_path / 'file' / 'sub' / 'x.db'}")
+    assert run.returncode == 1
+    assert f"{tmp_path / 'file'} is not a writable folder to create it in" in run.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+    top = Path("/") / f"hubstore-typo-{uuid.uuid4().hex[:8]}"
+    run = hubstore("db", "upgrade", "--url", f"sqlite:///{top / 'sub' / 'x.db'}")
+    assert run.returncode == 1
+    assert "creates folders only inside an existing one" in run.stderr
+    assert not top.exists()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root may write in any folder")
+def test_no_folder_under_a_read_only_folder(tmp_path: Path) -> None:
+    locked = tmp_path / "locked"
+    locked.mkdir(mode=0o500)
+    run = hubstore("db", "upgrade", "--url", f"sqlite:///{locked / 'sub' / 'x.db'}")
+    assert run.returncode == 1 and "is not a writable folder" in run.stderr
+    assert list(locked.iterdir()) == []
+
+
+@pytest.mark.parametrize(("fixture", "schema", "revision"), [
+    ("triflux-7.2.1.db", 3, "0001"), ("triflux-10.17.4.db", 4, "0002")])
+def test_adopting_a_triflux_file(tmp_path: Path, fixture: str, schema: int,
+                                 revision: str) -> None:
+    source = FIXTURES / fixture
+    if not source.is_file():
+        pytest.skip(f"{source} is not there")
+    path = tmp_path / "triflux.db"
+    path.write_bytes(source.read_bytes())
+    url = make_url(f"sqlite:///{path}")
+    run = hubstore("db", "upgrade", url=url)
+    assert (run.returncode, run.stdout) == (
+        0, f"sqlite:///{path}: adopted triflux schema {schema} as {revision}, "
+           f"upgraded to {HEAD}\n")
+    check = hubstore("db", "check", url=url)
+    assert (check.returncode, check.stdout) == (0, f"sqlite:///{path}: healthy (revision {HEAD})\n")
+    agents = json.loads(hubstore("agents", "--json", url=url).stdout)
+    assert "codex-1" in {a["agent_id"] for a in agents}
