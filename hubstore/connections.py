@@ -67,13 +67,19 @@ class ConnectionSource:
             self._all = weakref.WeakSet()
             self.engine.dispose(close=False)
 
-    def acquire(self, write: bool) -> Connection:
-        """A connection with no transaction; give it back with :meth:`release`."""
+    def acquire(self, write: bool, *, autocommit: bool = False) -> Connection:
+        """A connection with no transaction; give it back with :meth:`release`.
+
+        ``autocommit`` (PostgreSQL): each statement is its own transaction, for a unit
+        of work of one statement (no BEGIN, no COMMIT: one round trip). The pool resets
+        the connection when it comes back."""
         self._check_fork()
         if not self.is_sqlite:
             conn = self.engine.connect()
             if not write:
                 conn.execution_options(postgresql_readonly=True)
+            elif autocommit:
+                conn.execution_options(isolation_level="AUTOCOMMIT")
             return conn
         kept: _Kept | None = getattr(self._local, "kept", None)
         if kept is None:

@@ -125,6 +125,15 @@ class HubStore(WaitingOps, HubOperations):
             return current.savepoint(write)
         return UnitOfWork(self, write=write)
 
+    def one_statement(self) -> AbstractContextManager[UnitOfWork]:
+        """A writing unit of work for a store method that runs one statement: on
+        PostgreSQL in autocommit, the statement its own transaction (one round trip, no
+        BEGIN or COMMIT). Inside an open unit of work it joins it, as unit_of_work()."""
+        current = self.current_uow.get()
+        if current is not None:
+            return current.savepoint(True)
+        return UnitOfWork(self, single_statement=True)
+
     def on_assign_status_change(self, listener: AssignListener) -> Callable[[], None]:
         """Call ``listener(event, job)`` after each committed assign status change.
 

@@ -62,10 +62,13 @@ class UnitOfWork(HubOperations):
 
     _conn: Connection
 
-    def __init__(self, store: HubStore, *, write: bool = True) -> None:
+    def __init__(self, store: HubStore, *, write: bool = True,
+                 single_statement: bool = False) -> None:
         self.store = store
         self.dialect: str = store.dialect
         self.write = write
+        #: PostgreSQL, a store method of one statement: run it in autocommit.
+        self._autocommit = single_statement and write and store.dialect == "postgresql"
         self._after_commit: list[Callable[[], None]] = []
         self._session: Session | None = None
         self._transaction: RootTransaction | None = None
@@ -88,7 +91,7 @@ class UnitOfWork(HubOperations):
             if self.write and source.writers is not None:
                 source.writers.acquire()
                 self._locked = True
-            conn = self._conn = source.acquire(self.write)
+            conn = self._conn = source.acquire(self.write, autocommit=self._autocommit)
             try:
                 if source.is_sqlite and sqlite.unwatched(conn):
                     raw: Any = conn.connection.driver_connection

@@ -3,15 +3,19 @@ and claiming, each in one transaction and safe when many processes race."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import (
     BigInteger,
     BindParameter,
     Integer,
     Text,
+    Update,
     bindparam,
     case,
+    func,
+    insert,
+    literal_column,
     or_,
     select,
     update,
@@ -19,7 +23,7 @@ from sqlalchemy import (
 
 from hubstore import assign_rules as rules
 from hubstore.errors import AssignNotFound, RetryExhausted, StaleAttempt, WorkerMismatch
-from hubstore.ids import now_ms
+from hubstore.ids import now_ms, uuidv7
 from hubstore.models import AssignJob, Message, table_of
 from hubstore.results import AssignOutcome
 from hubstore.services.assigns import announce, lock_job, move, retry, write_guarded
@@ -33,6 +37,7 @@ EVENT_TOPIC = "assign.result"
 #: The timeout sweep handles at most this many due jobs per call, as the reference does.
 SWEEP_BATCH = 100
 _jobs = table_of(AssignJob)
+_messages = table_of(Message)
 
 
 def dispatch(uow: UnitOfWork, job: AssignJob, reason: str) -> AssignJob:
@@ -148,6 +153,72 @@ _FINISH = {"succeeded": _finish_statement(False), "failed": _finish_statement(Tr
            "timed_out": _finish_statement(True)}
 
 
+def _snapshot_json(done: Any) -> Any:
+    """jsonb_build_object of the 'completed' event's payload, from the finished row:
+    what notify_supervisor writes ({event, job_snapshot(job)}), built by the server."""
+    columns = AssignJob.__mapper__.column_attrs
+    parts: list[Any] = [literal_column("'event'"), literal_column("'completed'")]
+    for name in SNAPSHOT_FIELDS:
+        parts += [literal_column(f"'{name}'"), done.c[columns[name].columns[0].name]]
+    return func.jsonb_build_object(*parts)
+
+
+def _finish_with_event(retryable: bool) -> Prepared:
+    """PostgreSQL: the routine final report and its 'completed' event message (as
+    notify_supervisor writes it) in one statement, so that a unit of work in autocommit
+    finishes a job in one round trip. Returns the finished job's row, or none."""
+    done = cast(Update, _finish_statement(retryable).statement).cte("done")
+    d = done.c
+    event = insert(_messages).from_select(
+        ["id", "type", "from_agent", "to_agent", "topic", "priority", "ttl_ms",
+         "created_at_ms", "expires_at_ms", "correlation_id", "trace_id", "payload_json",
+         "status"],
+        select(bindparam("m_id", type_=Text), literal_column("'event'"), d.worker_agent,
+               d.supervisor_agent, literal_column(f"'{EVENT_TOPIC}'"),
+               func.greatest(5, d.priority), d.ttl_ms, _now, _now + d.ttl_ms,
+               func.coalesce(func.nullif(d.correlation_id, ""), bindparam("m_corr")),
+               func.coalesce(func.nullif(d.trace_id, ""), bindparam("m_trace")),
+               _snapshot_json(done), literal_column("'queued'"))
+    ).cte("event")
+    return Prepared(select(done).add_cte(event), _jobs)
+
+
+_FINISH_WITH_EVENT = {"succeeded": _finish_with_event(False),
+                      "failed": _finish_with_event(True),
+                      "timed_out": _finish_with_event(True)}
+
+
+def finish_routine(uow: UnitOfWork, job_id: str, target: str, worker_agent: str | None,
+                   attempt: int | None, result: Any, error: Any) -> AssignOutcome | None:
+    """The routine final report (see _finish_statement) and its event, or None (nothing
+    written) when the report needs the general path."""
+    values = {"p_job_id": job_id, "p_worker": worker_agent or None, "p_attempt": attempt,
+              "p_status": target, "p_result": result, "p_error": error, "p_now": now_ms()}
+    if uow.dialect != "postgresql":
+        row = _FINISH[target].first(uow, values)
+        if row is None:
+            return None
+        done = AssignJob.from_row(row)
+        announce(uow, done)
+        return AssignOutcome(done, "completed", notify_supervisor(uow, done, "completed"))
+    values.update(m_id=uuidv7(), m_corr=uuidv7(), m_trace=uuidv7())
+    row = _FINISH_WITH_EVENT[target].first(uow, values)
+    if row is None:
+        return None
+    done = AssignJob.from_row(row)
+    announce(uow, done)
+    now = values["p_now"]
+    message = Message.from_row({
+        "id": values["m_id"], "type": "event", "from_agent": done.worker_agent,
+        "to_agent": done.supervisor_agent, "topic": EVENT_TOPIC,
+        "priority": max(5, done.priority), "ttl_ms": done.ttl_ms, "created_at_ms": now,
+        "expires_at_ms": now + done.ttl_ms,
+        "correlation_id": done.correlation_id or values["m_corr"],
+        "trace_id": done.trace_id or values["m_trace"],
+        "payload_json": {"event": "completed", **job_snapshot(done)}, "status": "queued"})
+    return AssignOutcome(done, "completed", message)
+
+
 class AssignHubOps(Operations):
     """Assign jobs under the hub's rules."""
 
@@ -181,17 +252,13 @@ class AssignHubOps(Operations):
             result = {}
         json_value(error, "error")
         json_value(metadata, "metadata")
+        if target != "running":  # the one-statement path, when the report is routine
+            with self.one_statement() as uow:
+                outcome = finish_routine(uow, job_id, target, worker_agent, attempt, result,
+                                         error)
+            if outcome is not None:
+                return outcome
         with self.unit_of_work() as uow:
-            if target != "running":  # the one-statement path, when the report is routine
-                row = _FINISH[target].first(uow, {
-                    "p_job_id": job_id, "p_worker": worker_agent or None, "p_attempt": attempt,
-                    "p_status": target, "p_result": result, "p_error": error,
-                    "p_now": now_ms()})
-                if row is not None:
-                    done = AssignJob.from_row(row)
-                    announce(uow, done)
-                    return AssignOutcome(done, "completed",
-                                         notify_supervisor(uow, done, "completed"))
             job = lock_job(uow, job_id)
             if job is None:
                 raise AssignNotFound(f"no assign job {job_id}")
@@ -260,7 +327,7 @@ class AssignHubOps(Operations):
         claims under the database write lock. Two claimers never get the same job.
         """
         require_id(worker_agent, "worker_agent")
-        with self.unit_of_work() as uow:
+        with self.one_statement() as uow:  # PostgreSQL: one round trip, in autocommit
             row = _CLAIM.first(uow, {"p_worker": worker_agent, "p_now": now_ms()})
             if row is None:
                 return None

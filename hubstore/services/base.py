@@ -31,6 +31,11 @@ class Operations:
         """The unit of work a method runs in (``write`` takes SQLite's lock up front)."""
         raise NotImplementedError
 
+    def one_statement(self) -> AbstractContextManager[UnitOfWork]:
+        """The unit of work of a method that writes with exactly one statement (the
+        store runs it in autocommit on PostgreSQL); elsewhere the same as unit_of_work()."""
+        return self.unit_of_work()
+
 
 def upsert(dialect: str, table: Table) -> Any:
     """The dialect's INSERT, which offers ON CONFLICT."""
