@@ -56,6 +56,7 @@ from hubstore.services.waiting import (
     deadline_after,
 )
 from hubstore.store import AssignListener, HubStore
+from hubstore.types import AssignEvent
 from hubstore.validation import require_id
 
 if TYPE_CHECKING:
@@ -283,7 +284,7 @@ class AsyncHubStore(AsyncOperations):
         unsubscribes it."""
         loop = self._loop_now() if self._loop is None else self._loop
 
-        def deliver(event: dict[str, Any], job: AssignJob) -> None:
+        def deliver(event: AssignEvent, job: AssignJob) -> None:
             try:
                 outcome = listener(event, job)
             except Exception:
@@ -294,7 +295,7 @@ class AsyncHubStore(AsyncOperations):
                 self._tasks.add(task)
                 task.add_done_callback(self._listener_done)
 
-        def relay(event: dict[str, Any], job: AssignJob) -> None:  # on a lane
+        def relay(event: AssignEvent, job: AssignJob) -> None:  # on a lane
             _call_soon(loop, deliver, event, job)
 
         return self.sync.on_assign_status_change(relay)
@@ -358,8 +359,9 @@ class AsyncHubStore(AsyncOperations):
             either: list[asyncio.Future[Any]] = [offered, done]
             await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         except asyncio.CancelledError:
+            # Not accepted: the claim rolls back on its lane (now, or once it gets that
+            # far), so there is nothing to wait for (it may wait for SQLite's lock).
             accepted.set_result(False)
-            await _quietly(done)
             raise
         if not offered.done():  # no job (or the claim failed): nothing to accept
             offered.cancel()
