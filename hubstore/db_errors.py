@@ -51,6 +51,15 @@ def translate(exc: BaseException, *, read_only: bool = False) -> HubStoreError |
     return None
 
 
+def failed_statement(exc: BaseException) -> bool:
+    """Whether ``exc`` is a statement's failure in the database (or a hubstore error
+    raised from one): after one a transaction cannot go on as if nothing happened
+    (PostgreSQL aborts it). A value refused before it was sent is not one."""
+    cause = exc.__cause__ if isinstance(exc, HubStoreError) else exc
+    return cause is not None and (isinstance(cause, sa_exc.DBAPIError | sqlite3.Error)
+                                  or _is_psycopg(cause))
+
+
 def _text(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 

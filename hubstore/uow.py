@@ -38,13 +38,14 @@ from sqlalchemy.engine import RootTransaction
 from sqlalchemy.orm import Session
 
 from hubstore import sqlite
-from hubstore.db_errors import translate
+from hubstore.db_errors import failed_statement, translate
 from hubstore.errors import HubStoreError, ReadOnlyUnitOfWork
 from hubstore.services import HubOperations
 
 if TYPE_CHECKING:
     from hubstore.models import AssignJob
     from hubstore.store import HubStore
+    from hubstore.types import AssignEvent
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,8 @@ class UnitOfWork(HubOperations):
         self._locked = False
         self._entered = False
         self._token: Any = None
+        #: The failed statement after which nothing of this unit of work may commit.
+        self._failure: BaseException | None = None
         #: ``write`` of each nested block now open (the outermost block's first).
         self._frames: list[bool] = []
 
@@ -116,6 +119,7 @@ class UnitOfWork(HubOperations):
         failure: BaseException | None = None
         try:
             if exc_type is None:
+                self._check_open(committing=True)
                 if session is not None:
                     session.flush()
                     _reload_expired(session)
@@ -150,7 +154,10 @@ class UnitOfWork(HubOperations):
             self.store.connections.release(self._conn, self.write, broken=broken)
             self._unlock()
         if failure is not None:
-            raise self._translated(failure) from failure
+            translated = self._translated(failure)
+            if translated is failure:
+                raise failure
+            raise translated from failure
         if committed:
             self._publish()
         elif exc is not None:
@@ -190,16 +197,49 @@ class UnitOfWork(HubOperations):
             raise ReadOnlyUnitOfWork(
                 "this unit of work is read-only (unit_of_work(write=False)); open a "
                 "writing one for this call")
-        self._frames.append(write)
+        self._check_open()
         if self._session is not None:
             self._flush()
+        self._frames.append(write)
 
     def _flush(self) -> None:
         assert self._session is not None
         try:
             self._session.flush()
         except BaseException as exc:
+            if failed_statement(exc):
+                self._fail(exc)
             raise self._translated(exc) from exc
+
+    def _fail(self, exc: BaseException) -> None:
+        """A statement failed outside any savepoint: the transaction cannot go on
+        (PostgreSQL aborted it; on SQLite it may hold part of a method's writes)."""
+        if self._failure is None:
+            self._failure = exc
+
+    def _check_open(self, committing: bool = False) -> None:
+        """Refuse to go on (or commit) once a statement failed outside a savepoint or
+        the transaction was rolled back under this unit of work (a failed Session
+        flush): the same on both dialects, and never a silent loss."""
+        failure = self._failure
+        if failure is None:
+            transaction = self._transaction
+            if transaction is not None:
+                alive = transaction.is_active
+            else:
+                alive = self._raw is None or self._raw.in_transaction
+            if alive and not (committing and self.dialect == "postgresql"
+                              and self.driver.info.transaction_status.name == "INERROR"):
+                return
+        reason = "a statement failed in it" if failure is None else str(
+            self._translated(failure))
+        error = HubStoreError(
+            f"this unit of work was rolled back, nothing of it is committed: {reason}. "
+            "To go on after an expected failure, make the call inside "
+            "`with store.unit_of_work():` (a savepoint)")
+        if failure is not None:
+            error.__cause__ = self._translated(failure)
+        raise error
 
     def _exit_frame(self, write: bool, failed: bool) -> None:
         self._frames.pop()
@@ -249,7 +289,7 @@ class UnitOfWork(HubOperations):
         """Whether assign status listeners are subscribed (events are built only then)."""
         return bool(self.store.assign_listeners)
 
-    def emit_assign_event(self, event: dict[str, Any], job: AssignJob) -> None:
+    def emit_assign_event(self, event: AssignEvent, job: AssignJob) -> None:
         """Queue an assign status event for the store's listeners, after the commit."""
         self.after_commit(lambda: self._announce(event, job))
 
@@ -258,7 +298,7 @@ class UnitOfWork(HubOperations):
         including the rollback of the savepoint it was queued in)."""
         self._after_commit.append(action)
 
-    def _announce(self, event: dict[str, Any], job: AssignJob) -> None:
+    def _announce(self, event: AssignEvent, job: AssignJob) -> None:
         for listener in list(self.store.assign_listeners):
             try:
                 listener(event, job)
@@ -331,6 +371,7 @@ class Frame:
                     self._savepoint.commit()
                 else:
                     self._savepoint.rollback()
+                    uow._failure = None  # (it was None when the savepoint began)
                     del uow._after_commit[self._actions:]  # nothing of it happened
                     if uow._session is not None:
                         uow._session.expire_all()
@@ -340,6 +381,8 @@ class Frame:
         if failure is not None:
             raise uow._translated(failure) from failure
         if exc is not None:
+            if self._savepoint is None and failed_statement(exc):
+                uow._fail(exc)
             translated = uow._translated(exc)
             if translated is not exc:
                 raise translated from exc

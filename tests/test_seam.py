@@ -7,6 +7,7 @@ connect timeout and lost connections. Times are bounded, never measured as throu
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -135,6 +136,91 @@ def test_a_committed_savepoint_keeps_its_actions_for_the_outer_commit(store: Hub
         assert ran == []  # a savepoint's release is no commit
         uow.after_commit(lambda: ran.append("outer"))
     assert ran == ["inner", "outer"]
+
+
+def test_a_failed_statement_fails_the_whole_unit_of_work_on_both_dialects(
+        store: HubStore) -> None:
+    from hubstore.errors import DuplicateKey, HubStoreError
+
+    store.create_assign("lead", "w", job_id="taken")
+    with pytest.raises(HubStoreError) as at_exit, store.unit_of_work() as uow:
+        uow.register_agent("a", "codex")
+        with pytest.raises(DuplicateKey):
+            uow.create_assign("lead", "w", job_id="taken")
+        with pytest.raises(HubStoreError) as refused:  # PostgreSQL aborted it; SQLite too
+            uow.register_agent("b", "codex")
+        assert "rolled back" in str(refused.value)
+    assert isinstance(at_exit.value.__cause__, DuplicateKey)  # said, never a silent loss
+    assert store.list_all_agents() == []
+    store.register_agent("after", "codex")  # the connection went back clean
+    assert [a.agent_id for a in store.list_all_agents()] == ["after"]
+
+
+def test_a_failure_caught_and_left_alone_still_rolls_back_loudly(store: HubStore) -> None:
+    from hubstore.errors import DuplicateKey, HubStoreError
+
+    store.create_assign("lead", "w", job_id="taken")
+    with pytest.raises(HubStoreError, match="rolled back"), store.unit_of_work() as uow:
+        uow.register_agent("a", "codex")
+        with contextlib.suppress(DuplicateKey):
+            uow.create_assign("lead", "w", job_id="taken")
+    assert store.list_all_agents() == []
+
+
+def test_a_failure_inside_a_savepoint_lets_the_unit_of_work_go_on(store: HubStore) -> None:
+    from hubstore.errors import DuplicateKey
+
+    store.create_assign("lead", "w", job_id="taken")
+    with store.unit_of_work() as uow:
+        uow.register_agent("a", "codex")
+        with pytest.raises(DuplicateKey), store.unit_of_work() as inner:
+            inner.create_assign("lead", "w", job_id="taken")
+        with pytest.raises(DuplicateKey):  # a store call is a savepoint of its own
+            store.create_assign("lead", "w", job_id="taken")
+        uow.register_agent("b", "codex")
+    assert sorted(a.agent_id for a in store.list_all_agents()) == ["a", "b"]
+
+
+def test_a_failed_session_flush_fails_the_unit_of_work(store: HubStore) -> None:
+    from sqlalchemy.exc import IntegrityError
+
+    from hubstore.errors import HubStoreError
+
+    AgentFactory.create(agent_id="taken")
+    with pytest.raises(HubStoreError), store.unit_of_work() as uow:
+        uow.register_agent("a", "codex")
+        uow.session.add(AgentFactory.build(agent_id="taken"))
+        with pytest.raises(IntegrityError):  # the Session's own call: its own error
+            uow.session.flush()
+        uow.register_agent("b", "codex")
+    assert [a.agent_id for a in store.list_all_agents()] == ["taken"]
+    began = time.monotonic()
+    store.register_agent("after", "codex")  # nothing left open: no lock, no wait
+    assert time.monotonic() - began < FAST_S
+
+
+def test_a_raw_statement_error_caught_is_never_a_silent_loss(store: HubStore) -> None:
+    """Raw SQL through ``uow.connection`` is the caller's: SQLite undoes the failed
+    statement only, PostgreSQL aborts the transaction; either way nothing is lost
+    unsaid (PostgreSQL's COMMIT of an aborted transaction raises)."""
+    from sqlalchemy.exc import IntegrityError
+
+    from hubstore.errors import HubStoreError
+
+    bad = text("INSERT INTO agents (agent_id, cli, last_seen_ms, lease_expires_ms, status) "
+               "VALUES ('x', 'nope', 1, 1, 'online')")
+    if store.dialect == "sqlite":
+        with store.unit_of_work() as uow:
+            uow.register_agent("a", "codex")
+            with pytest.raises(IntegrityError):
+                uow.connection.execute(bad)
+        assert [a.agent_id for a in store.list_all_agents()] == ["a"]
+        return
+    with pytest.raises(HubStoreError, match="rolled back"), store.unit_of_work() as uow:
+        uow.register_agent("a", "codex")
+        with pytest.raises(IntegrityError):
+            uow.connection.execute(bad)
+    assert store.list_all_agents() == []
 
 
 # -- 3. read-only units of work ------------------------------------------------------
