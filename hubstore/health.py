@@ -33,6 +33,7 @@ from sqlalchemy.pool import NullPool
 
 from hubstore import migrations
 from hubstore.engine import sqlite_path
+from hubstore.errors import HubStoreError
 from hubstore.models import metadata
 
 
@@ -76,14 +77,31 @@ def check(url: URL) -> list[str]:
         if sqlite:
             findings += sqlite_findings(conn)
         at, head = _revision(conn), migrations.head()
+        if at is None:
+            findings.append(_unversioned(conn, head))
+            return findings
         if at != head:
-            findings.append(f"alembic_version: the revision is {at or 'none'}, the head is "
+            findings.append(f"alembic_version: the revision is {at}, the head is "
                             f"{head} (run `hubstore db upgrade`)")
             return findings  # the models describe the head's schema only
         findings += check_constraint_findings(conn)
         findings += drift_findings(conn)
         findings += figure_findings(conn)
         return findings
+
+
+def _unversioned(conn: Connection, head: str) -> str:
+    """The finding for a database without a revision: empty, a triflux one, or unknown."""
+    try:
+        legacy = migrations.legacy_revision(conn)
+    except HubStoreError as exc:  # UnknownSchema: some hub tables, or an unknown version
+        return f"alembic_version: none, and {exc}"
+    if legacy is None:
+        return (f"alembic_version: none, and no hub tables: not migrated (run `hubstore db "
+                f"upgrade` to create them at {head})")
+    version = {rev: v for v, rev in migrations.LEGACY_REVISIONS.items()}[legacy]
+    return (f"alembic_version: none: a triflux schema {version} database, not adopted yet "
+            f"(run `hubstore db upgrade` to adopt it as {legacy} and upgrade to {head})")
 
 
 def _revision(conn: Connection) -> str | None:

@@ -185,8 +185,8 @@ def test_check_of_an_empty_database_says_it_is_not_migrated(empty_url: URL) -> N
         sqlite3.connect(str(empty_url.database)).close()
     run = hubstore("db", "check", url=empty_url)
     assert (run.returncode, run.stdout) == (
-        1, f"alembic_version: the revision is none, the head is {HEAD} "
-           "(run `hubstore db upgrade`)\n")
+        1, "alembic_version: none, and no hub tables: not migrated (run `hubstore db "
+           f"upgrade` to create them at {HEAD})\n")
 
 
 # --- db backup ---------------------------------------------------------------------------
@@ -522,6 +522,12 @@ def test_adopting_a_triflux_file(tmp_path: Path, fixture: str, schema: int,
     path = tmp_path / "triflux.db"
     path.write_bytes(source.read_bytes())
     url = make_url(f"sqlite:///{path}")
+    before = file_stamp(url)
+    check = hubstore("db", "check", url=url)
+    assert (check.returncode, check.stdout) == (
+        1, f"alembic_version: none: a triflux schema {schema} database, not adopted yet (run "
+           f"`hubstore db upgrade` to adopt it as {revision} and upgrade to {HEAD})\n")
+    assert file_stamp(url) == before
     run = hubstore("db", "upgrade", url=url)
     assert (run.returncode, run.stdout) == (
         0, f"sqlite:///{path}: adopted triflux schema {schema} as {revision}, "
