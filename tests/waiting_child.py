@@ -133,6 +133,21 @@ async def async_assign_latency(url: str, worker: str, count: str) -> dict[str, A
     return {"latencies_ms": latencies}
 
 
+async def async_feed_latency(url: str, agent: str, count: str) -> dict[str, Any]:
+    """feed_latency through hubstore.aio."""
+    from hubstore.aio import AsyncHubStore
+
+    async with await AsyncHubStore.open(url) as store:
+        feed = await store.message_feed(agent)
+        print(json.dumps({"ready": True}), flush=True)
+        latencies: list[float] = []
+        while len(latencies) < int(count):
+            batch = await feed.next(timeout_s=10)
+            assert batch, "no message within 10 s"
+            latencies.extend(time.time() * 1000 - m.payload["sent_ms"] for m in batch)
+    return {"latencies_ms": latencies}
+
+
 def main() -> None:
     role, url, *args = sys.argv[1:]
     if role.startswith("async_"):
