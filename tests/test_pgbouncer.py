@@ -231,3 +231,21 @@ def test_the_async_store_through_pgbouncer(bouncer: Bouncer, direct: URL) -> Non
     import asyncio
 
     assert asyncio.run(_async_round(bouncer.url(direct), direct)) == ["event"]
+
+
+def test_migrations_through_pgbouncer(bouncer: Bouncer, postgres: PostgresDatabases) -> None:
+    """Migrating an empty database through PgBouncer (the migrations' lock is held per
+    transaction), then opening it there."""
+    from hubstore import migrations
+
+    empty = postgres.create()
+    try:
+        url = bouncer.url(empty)
+        migrations.upgrade(url)
+        assert migrations.current(url) == migrations.head()
+        with HubStore.open(url) as store:
+            store.register_agent("a1", "codex")
+            assert present(store.get_agent("a1")).cli == "codex"
+    finally:
+        bouncer.stop()  # its server connections would keep the database from being dropped
+        postgres.drop(empty)
