@@ -31,6 +31,7 @@ from hubstore.testing.factories import (
 )
 from hubstore.types import AssignStatus
 from tests.conftest import FIXTURES, PostgresDatabases
+from tests.reference_ddl import build_legacy
 
 BIN = Path(sys.executable).parent
 HEAD = migrations.head()
@@ -536,3 +537,20 @@ def test_adopting_a_triflux_file(tmp_path: Path, fixture: str, schema: int,
     assert (check.returncode, check.stdout) == (0, f"sqlite:///{path}: healthy (revision {HEAD})\n")
     agents = json.loads(hubstore("agents", "--json", url=url).stdout)
     assert "codex-1" in {a["agent_id"] for a in agents}
+
+
+@pytest.mark.parametrize("schema", [3, 4])
+def test_adopting_a_triflux_database_on_both_dialects(empty_url: URL, schema: int) -> None:
+    """The reference's own DDL (tests/reference_ddl.py), beside another application's
+    tables: checked, adopted, checked again."""
+    build_legacy(empty_url, schema)
+    revision = migrations.LEGACY_REVISIONS[str(schema)]
+    shown = empty_url.render_as_string(hide_password=True)
+    check = hubstore("db", "check", url=empty_url)
+    assert check.returncode == 1
+    assert f"a triflux schema {schema} database, not adopted yet" in check.stdout
+    run = hubstore("db", "upgrade", url=empty_url)
+    assert (run.returncode, run.stdout) == (
+        0, f"{shown}: adopted triflux schema {schema} as {revision}, upgraded to {HEAD}\n")
+    check = hubstore("db", "check", url=empty_url)
+    assert (check.returncode, check.stdout) == (0, f"{shown}: healthy (revision {HEAD})\n")
