@@ -19,7 +19,7 @@ import pytest
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import URL, make_url
 
-from hubstore import HubStore, migrations
+from hubstore import HubStore, __version__, migrations
 from hubstore.cli import main
 from hubstore.engine import ENV_URL
 from hubstore.reflexion import lookup_solution, normalize_error
@@ -114,6 +114,19 @@ def test_dash_h_everywhere(path: list[str]) -> None:
     assert "-h, --help" in run.stdout
     if path and path != ["db"]:
         assert "--url URL" in run.stdout
+
+
+def test_version_and_module_entry_points() -> None:
+    run = subprocess.run([BIN / "hubstore", "--version"], capture_output=True, text=True,
+                         env=ENV, check=False, timeout=60)
+    assert (run.returncode, run.stdout) == (0, f"hubstore, version {__version__}\n")
+    for module in ("hubstore", "hubstore.cli"):
+        run = subprocess.run([sys.executable, "-m", module, "db", "heads"], capture_output=True,
+                             text=True, env=ENV | {ENV_URL: "sqlite:////nonexistent/x.db"},
+                             check=False, timeout=60)
+        assert (run.returncode, run.stderr) == (
+            1, "Error: opening of sqlite:////nonexistent/x.db failed: there is no SQLite "
+               "database at /nonexistent/x.db\n")
 
 
 # --- db check ----------------------------------------------------------------------------
