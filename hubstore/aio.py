@@ -36,6 +36,7 @@ import logging
 import queue
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
@@ -98,8 +99,12 @@ class _Lane:
         self.thread.start()
 
     def _serve(self) -> None:
-        while (job := self._jobs.get()) is not None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
             job()
+            del job  # nothing of the call stays referenced while the lane waits
 
     def run(self, loop: asyncio.AbstractEventLoop, context: contextvars.Context,
             then: Callable[[], None] | None, fn: Callable[_P, _T], /,
@@ -180,6 +185,11 @@ class _Lanes:
         return lanes
 
 
+def _stop_lanes(lanes: _Lanes) -> None:
+    for lane in lanes.shutdown():
+        lane.stop()
+
+
 async def _finish(future: asyncio.Future[_T]) -> _T:
     """Await ``future`` to its end even when cancelled meanwhile; then re-raise the
     cancellation (the result is lost to the caller but the work is done)."""
@@ -212,6 +222,8 @@ class AsyncHubStore(AsyncOperations):
             f"hubstore_async_uow_{id(self):x}", default=None)
         self._tasks: set[asyncio.Task[Any]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
+        # A store dropped without close() still ends its lanes' threads.
+        weakref.finalize(self, _stop_lanes, self._lanes)
 
     @classmethod
     async def open(cls, url: str | URL | None = None, *, auto_migrate: bool = False,
