@@ -294,7 +294,12 @@ class AsyncHubStore(AsyncOperations):
         """Call ``listener(event, job)`` on the event loop after each committed assign
         status change (a coroutine function runs as a task). Returns the function that
         unsubscribes it."""
-        loop = self._loop_now() if self._loop is None else self._loop
+        try:  # the loop subscribing, else the one the store was opened on
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            if self._loop is None:
+                raise RuntimeError("subscribe from the event loop that uses the store") from None
+            loop = self._loop
 
         def deliver(event: AssignEvent, job: AssignJob) -> None:
             try:
