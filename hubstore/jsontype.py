@@ -11,15 +11,20 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import Text
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
 from hubstore.errors import ValidationError
 
+#: The scanner json.loads itself ends in (value, end index).
+_scan_once: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+_SQLITE: Dialect = sqlite.dialect()
 _encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 #: How deeply arrays and objects may nest in a value given to hubstore (a scalar is at
@@ -190,3 +195,22 @@ class JSONText(TypeDecorator[Any]):
 
     def copy(self, **kw: Any) -> JSONText:
         return JSONText(self.fallback)
+
+    def sqlite_reader(self) -> Callable[[Any], Any]:
+        """process_result_value on SQLite, for the hot read paths: the standard decoder's
+        scanner called directly (json.loads adds a few checks around it); any text it
+        does not take whole (whitespace around it, an error) goes through
+        process_result_value, so the values read are the same."""
+        scan = _scan_once
+        slow = self.process_result_value
+
+        def read(value: Any) -> Any:
+            if value is None:
+                return None
+            try:
+                result, end = scan(value, 0)
+            except Exception:  # StopIteration, JSONDecodeError, TypeError, RecursionError
+                return slow(value, _SQLITE)
+            return result if end == len(value) else slow(value, _SQLITE)
+
+        return read

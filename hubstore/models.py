@@ -74,12 +74,7 @@ class Base(DeclarativeBase):
         state, as the ORM's own loader does, without the per-attribute events of
         ``__init__`` (which cost more than the query).
         """
-        keys = cls.__dict__.get("_column_keys")
-        if keys is None:
-            keys = {str(attr.columns[0].name): attr.key for attr in cls.__mapper__.column_attrs}
-            cls._column_keys = keys
-            cls._key_attr = cls.__mapper__.get_property_by_column(
-                cls.__mapper__.primary_key[0]).key
+        keys = cls.column_keys()
         instance: Self = cls.__mapper__.class_manager.new_instance()
         values = instance.__dict__
         values.update((keys[name], value) for name, value in row.items())
@@ -87,6 +82,22 @@ class Base(DeclarativeBase):
         if key is not None:  # the identity the Session gives a row it loads
             instance_state(instance).key = (cls, (key,), None)
         return instance
+
+    @classmethod
+    def column_keys(cls) -> dict[str, str]:
+        """The attribute key of each column name (``payload_json`` -> ``payload``)."""
+        keys = cls.__dict__.get("_column_keys")
+        if keys is None:
+            keys = {str(attr.columns[0].name): attr.key for attr in cls.__mapper__.column_attrs}
+            cls._column_keys = keys
+            cls._key_attr = cls.__mapper__.get_property_by_column(
+                cls.__mapper__.primary_key[0]).key
+        return keys
+
+    @classmethod
+    def key_column(cls) -> str:
+        """The name of the (single) primary key column."""
+        return str(cls.__mapper__.primary_key[0].name)
 
     def to_dict(self) -> dict[str, Any]:
         """The row as the reference store's getter returns it."""

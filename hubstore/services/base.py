@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from contextlib import AbstractContextManager
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from sqlalchemy import (
     ClauseElement,
@@ -15,13 +15,18 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.orm.attributes import instance_state
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from hubstore.ids import now_ms
+from hubstore.jsontype import JSONText
 from hubstore.validation import require_int
 
 if TYPE_CHECKING:
+    from hubstore.models import Base
     from hubstore.uow import UnitOfWork
+
+M = TypeVar("M", bound="Base")
 
 
 class Operations:
@@ -89,6 +94,8 @@ class Prepared:
         self.table = table
         self._compiled: tuple[str, list[tuple[str, Any, Any]]] | None = None
         self._readers: dict[tuple[str, ...], list[Any]] = {}
+        self._plans: dict[tuple[type[Any], tuple[str, ...]],
+                          tuple[list[str], list[Any], int | None]] = {}
 
     def _compile(self, uow: UnitOfWork) -> tuple[str, list[tuple[str, Any, Any]]]:
         dialect = uow.store.engine.dialect
@@ -144,6 +151,36 @@ class Prepared:
                  for name, read, value in zip(names, readers, row, strict=True)}
                 for row in fetched]
 
+    def instances(self, uow: UnitOfWork, values: dict[str, Any], model: type[M]) -> list[M]:
+        """Execute and return every row as a transient ``model`` instance (as
+        ``model.from_row`` makes it), built straight from the fetched tuples on SQLite."""
+        if uow.dialect != "sqlite":
+            return [model.from_row(row) for row in self.rows(uow, values)]
+        _, names, fetched = self._execute(uow, values)
+        plan = self._plans.get((model, names))
+        if plan is None:
+            keys = model.column_keys()
+            readers = [self._reader(uow, name) for name in names]
+            key_column = model.key_column()
+            plan = self._plans[(model, names)] = (
+                [keys[name] for name in names],
+                [(i, keys[name], read) for i, (name, read) in enumerate(
+                    zip(names, readers, strict=True)) if read is not None],
+                names.index(key_column) if key_column in names else None)
+        attrs, decoded, at = plan
+        new = model.__mapper__.class_manager.new_instance
+        made = []
+        for row in fetched:
+            instance = new()
+            state = instance.__dict__
+            state.update(zip(attrs, row, strict=True))
+            for i, key, read in decoded:
+                state[key] = read(row[i])
+            if at is not None and row[at] is not None:  # detached, as from_row makes it
+                instance_state(instance).key = (model, (row[at],), None)
+            made.append(instance)
+        return made
+
     def first(self, uow: UnitOfWork, values: dict[str, Any]) -> dict[str, Any] | None:
         """Execute and return the first row (keyed by column name), or None."""
         rows = self.rows(uow, values)
@@ -153,4 +190,7 @@ class Prepared:
         if self.table is None or name not in self.table.c:
             return None
         dialect = uow.store.engine.dialect
-        return self.table.c[name].type.dialect_impl(dialect).result_processor(dialect, None)
+        column_type = self.table.c[name].type
+        if isinstance(column_type, JSONText) and dialect.name == "sqlite":
+            return column_type.sqlite_reader()
+        return column_type.dialect_impl(dialect).result_processor(dialect, None)

@@ -78,12 +78,25 @@ _TOPIC_IN_ARRAY = {
 def poll_rows(uow: UnitOfWork, agent_id: str, limit: int,
               topics: list[str]) -> list[dict[str, Any]]:
     """The newest ``limit`` messages to the agent or to one of ``topics`` (no duplicates)."""
+    statement, params = _poll_query(uow, agent_id, limit, topics)
+    return statement.rows(uow, params)
+
+
+def poll_messages(uow: UnitOfWork, agent_id: str, limit: int,
+                  topics: list[str]) -> list[Message]:
+    """poll_rows as Message instances, made straight from the fetched rows."""
+    statement, params = _poll_query(uow, agent_id, limit, topics)
+    return statement.instances(uow, params, Message)
+
+
+def _poll_query(uow: UnitOfWork, agent_id: str, limit: int,
+                topics: list[str]) -> tuple[Prepared, dict[str, Any]]:
     params: dict[str, Any] = {"p_agent_id": agent_id, "p_limit": limit}
     if len(topics) > UNION_TOPICS:
         params["p_topics"] = dumps(topics)
-        return _many_topics_statement(uow.dialect).rows(uow, params)
+        return _many_topics_statement(uow.dialect), params
     params.update({f"p_topic_{k}": topic for k, topic in enumerate(topics)})
-    return _poll_statement(len(topics)).rows(uow, params)
+    return _poll_statement(len(topics)), params
 
 
 @functools.cache
@@ -210,7 +223,7 @@ class MessageOps(Operations):
         wanted = string_list(include_topics, "include_topics") if include_topics else []
         with self.unit_of_work(write=False) as uow:
             topics = feed_topics(uow, agent_id, wanted)
-            return [Message.from_row(row) for row in poll_rows(uow, agent_id, limit, topics)]
+            return poll_messages(uow, agent_id, limit, topics)
 
     def get_audit_messages_for_agent(self, agent_id: str, max_messages: object = DEFAULT_POLL,
                                      include_topics: Iterable[str] | None = None

@@ -1,0 +1,41 @@
+"""The lean read path (issue 11): JSON text read with the decoder's scanner, and poll
+results made straight from the fetched rows, give what the general path gives."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import inspect
+from sqlalchemy.dialects import sqlite
+
+from hubstore import HubStore
+from hubstore.jsontype import JSONText
+
+TEXTS = ['{"a":1,"b":[1,2.5,null,true]}', "[]", "123", '"123"', "null", " {} ", "{}\n",
+         "not json", "", '{"a":', "NaN", "-0.0", '{"k":"\\u00e9\\ud83d\\ude00"}', "[1] [2]",
+         "1e400", '{"a":{"b":{"c":[[[]]]}}}']
+
+
+@pytest.mark.parametrize("fallback", ["{}", "[]", "null"])
+def test_the_sqlite_reader_reads_every_text_as_process_result_value(fallback: str) -> None:
+    column = JSONText(fallback)
+    read = column.sqlite_reader()
+    dialect = sqlite.dialect()
+    for text in [*TEXTS, None]:
+        expected = column.process_result_value(text, dialect)
+        got = read(text)
+        assert got == expected or (got != got and expected != expected), text  # NaN
+        assert type(got) is type(expected), text
+
+
+def test_polled_messages_are_the_stored_rows_detached(store: HubStore) -> None:
+    store.register_agent("w", "codex", topics=["t.a"])
+    sent = [store.audit_log("event", "lead", "w", "t.x", payload={"n": n, "f": 1.5})
+            for n in range(3)]
+    sent.append(store.audit_log("request", "lead", "topic:t.a", "t.a", payload=[1, "x"]))
+    polled = store.poll_for_agent("w", 10)
+    assert sorted(m.id for m in polled) == sorted(m.id for m in sent)
+    for message in polled:
+        stored = store.get_message(message.id)
+        assert stored is not None and stored.to_dict() == message.to_dict()
+        assert inspect(message).detached
+    assert {m.id: m.payload for m in polled}[sent[-1].id] == [1, "x"]
