@@ -78,6 +78,8 @@ class UnitOfWork(HubOperations):
         self._locked = False
         self._entered = False
         self._token: Any = None
+        #: Whether listeners watch statements (None: not asked yet; statements_watched).
+        self._watched: bool | None = None
         #: The failed statement after which nothing of this unit of work may commit.
         self._failure: BaseException | None = None
         #: ``write`` of each nested block now open (the outermost block's first).
@@ -97,6 +99,7 @@ class UnitOfWork(HubOperations):
             conn = self._conn = source.acquire(self.write, autocommit=self._autocommit)
             try:
                 if source.is_sqlite and sqlite.unwatched(conn):
+                    self._watched = False
                     raw: Any = conn.connection.driver_connection
                     raw.execute(sqlite.begin_statement(self.write))
                     self._raw = raw
@@ -266,12 +269,13 @@ class UnitOfWork(HubOperations):
         return raw if raw is not None else self._conn.connection.driver_connection
 
     def statements_watched(self) -> bool:
-        """Whether an engine event listener (or echo) watches statements now: then the
-        hot paths run theirs through SQLAlchemy's execution layer, which tells it."""
-        conn = self._conn
-        dispatch = conn.dispatch
-        return bool(dispatch.before_cursor_execute or dispatch.after_cursor_execute
-                    or conn._echo)
+        """Whether an engine event listener (or echo) watches statements: then the hot
+        paths run theirs through SQLAlchemy's execution layer, which tells it. Decided
+        once per unit of work (a listener added meanwhile counts from the next one)."""
+        watched = self._watched
+        if watched is None:
+            watched = self._watched = sqlite.statements_watched(self._conn)
+        return watched
 
     @property
     def session(self) -> Session:
