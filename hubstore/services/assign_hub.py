@@ -195,17 +195,15 @@ def finish_routine(uow: UnitOfWork, job_id: str, target: str, worker_agent: str 
     values = {"p_job_id": job_id, "p_worker": worker_agent or None, "p_attempt": attempt,
               "p_status": target, "p_result": result, "p_error": error, "p_now": now_ms()}
     if uow.dialect != "postgresql":
-        row = _FINISH[target].first(uow, values)
-        if row is None:
+        done = _FINISH[target].instance(uow, values, AssignJob)
+        if done is None:
             return None
-        done = AssignJob.from_row(row)
         announce(uow, done)
         return AssignOutcome(done, "completed", notify_supervisor(uow, done, "completed"))
     values.update(m_id=uuidv7(), m_corr=uuidv7(), m_trace=uuidv7())
-    row = _FINISH_WITH_EVENT[target].first(uow, values)
-    if row is None:
+    done = _FINISH_WITH_EVENT[target].instance(uow, values, AssignJob)
+    if done is None:
         return None
-    done = AssignJob.from_row(row)
     announce(uow, done)
     now = values["p_now"]
     message = Message.from_row({
@@ -328,9 +326,9 @@ class AssignHubOps(Operations):
         """
         require_id(worker_agent, "worker_agent")
         with self.one_statement() as uow:  # PostgreSQL: one round trip, in autocommit
-            row = _CLAIM.first(uow, {"p_worker": worker_agent, "p_now": now_ms()})
-            if row is None:
+            job = _CLAIM.instance(uow, {"p_worker": worker_agent, "p_now": now_ms()},
+                                  AssignJob)
+            if job is None:
                 return None
-            job = AssignJob.from_row(row)
             announce(uow, job)
             return job

@@ -107,8 +107,7 @@ def announce(uow: UnitOfWork, job: AssignJob) -> None:
 
 def lock_job(uow: UnitOfWork, job_id: str) -> AssignJob | None:
     """The job, freshly read and locked for this transaction."""
-    row = _LOCK.first(uow, {"p_job_id": job_id})
-    return None if row is None else AssignJob.from_row(row)
+    return _LOCK.instance(uow, {"p_job_id": job_id}, AssignJob)
 
 
 def write_guarded(uow: UnitOfWork, job: AssignJob, changes: dict[str, Any]) -> AssignJob:
@@ -116,10 +115,10 @@ def write_guarded(uow: UnitOfWork, job: AssignJob, changes: dict[str, Any]) -> A
     ``job``; ConcurrentUpdate when it does not (the row lock makes that a bug)."""
     params = by_column(changes)
     params.update(p_job_id=job.job_id, p_status=job.status, p_attempt=job.attempt)
-    row = _cas(frozenset(params) - _GUARDS).first(uow, params)
-    if row is None:
+    moved = _cas(frozenset(params) - _GUARDS).instance(uow, params, AssignJob)
+    if moved is None:
         raise ConcurrentUpdate(f"assign job {job.job_id} changed while it was being moved")
-    return AssignJob.from_row(row)
+    return moved
 
 
 def _same(old: Any, new: Any) -> bool:
@@ -235,8 +234,7 @@ class AssignOps(Operations):
                 "completed_at_ms": now if status in rules.TERMINAL else None,
                 "last_retry_at_ms": now if retries > 0 else None,
             }
-            job = AssignJob.from_row(
-                _INSERT.rows(uow, by_column(row))[0])
+            [job] = _INSERT.instances(uow, by_column(row), AssignJob)
             announce(uow, job)
             return job
 
@@ -244,8 +242,7 @@ class AssignOps(Operations):
         """The job, or None."""
         lookup_key(job_id, "job_id")
         with self.unit_of_work(write=False) as uow:
-            row = _SELECT.first(uow, {"p_job_id": job_id})
-            return None if row is None else AssignJob.from_row(row)
+            return _SELECT.instance(uow, {"p_job_id": job_id}, AssignJob)
 
     def update_assign_status(self, job_id: str, status: AssignStatus,
                              **patch: Unpack[AssignPatch]) -> AssignJob | None:

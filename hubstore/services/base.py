@@ -181,6 +181,11 @@ class Prepared:
             made.append(instance)
         return made
 
+    def instance(self, uow: UnitOfWork, values: dict[str, Any], model: type[M]) -> M | None:
+        """The first row as a ``model`` instance (see :meth:`instances`), or None."""
+        made = self.instances(uow, values, model)
+        return made[0] if made else None
+
     def first(self, uow: UnitOfWork, values: dict[str, Any]) -> dict[str, Any] | None:
         """Execute and return the first row (keyed by column name), or None."""
         rows = self.rows(uow, values)

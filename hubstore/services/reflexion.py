@@ -312,8 +312,8 @@ class ReflexionOps(Operations):
                 params["p_phrase"] = '"' + needle.replace('"', '""') + '"'
             trigram = uow.store.features.reflexion_fts and len(needle) >= 3
             exact, substring = find_statements(uow.dialect, signature, trigram)
-            rows = exact.rows(uow, params) or substring.rows(uow, params)
-            return [ReflexionEntry.from_row(row) for row in rows]
+            return (exact.instances(uow, params, ReflexionEntry)
+                    or substring.instances(uow, params, ReflexionEntry))
 
     def update_reflexion_hit(self, id: str, success: bool = False) -> ReflexionEntry | None:
         """One more hit (and success): confidence is recalculated."""
@@ -326,10 +326,10 @@ class ReflexionOps(Operations):
             hits = found["hit_count"] + 1
             successes = found["success_count"] + (1 if success else 0)
             now = now_ms()
-            [row] = _RECORD_HIT.rows(uow, {
+            [entry] = _RECORD_HIT.instances(uow, {
                 "p_id": id, "p_hits": hits, "p_successes": successes, "p_now": now,
-                "p_confidence": recalc(hits, successes)})
-            return ReflexionEntry.from_row(row)
+                "p_confidence": recalc(hits, successes)}, ReflexionEntry)
+            return entry
 
     def prune_reflexion(self, max_age_ms: int = THIRTY_DAYS_MS, min_confidence: float = 0.2,
                         now_ms: int | None = None) -> int:
