@@ -35,6 +35,7 @@ from hubstore.types import (
     MessageStatus,
     MessageType,
     PipelineFields,
+    ReflexionPatch,
     ReflexionType,
 )
 
@@ -531,7 +532,9 @@ class AsyncOperations:
         """
         return await self._call(self._sync_ops().list_reflexion, type, min_confidence, project_slug)
 
-    async def patch_reflexion(self, id: str, **patch: Any) -> ReflexionEntry | None:
+    async def patch_reflexion(
+        self, id: str, **patch: Unpack[ReflexionPatch]
+    ) -> ReflexionEntry | None:
         """Await :meth:`HubStore.patch_reflexion`: Set the given fields of an entry, as
         10.17.4's ``patchReflexion``; None if missing.
         """

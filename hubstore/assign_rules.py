@@ -16,6 +16,7 @@ from enum import Enum
 from typing import Any
 
 from hubstore.errors import IllegalTransition, ValidationError
+from hubstore.types import AssignEvent
 from hubstore.validation import clamp, counter
 
 TERMINAL = frozenset({"succeeded", "failed", "timed_out"})
@@ -226,7 +227,7 @@ def iso_timestamp(ms: int) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
-def status_event(job: Mapping[str, Any]) -> dict[str, Any]:
+def status_event(job: Mapping[str, Any]) -> AssignEvent:
     """What status listeners receive."""
     outcome = job["result"] if job["result"] is not None else job["error"]
     return {"job_id": job["job_id"], "status": job["status"], "result": outcome,

@@ -186,11 +186,27 @@ def recalc_confidence(entry: object) -> float:
     else:
         hits = getattr(entry, "hit_count", None)
         successes = getattr(entry, "success_count", None)
-    if not hits or not hits > 0:  # "not >" also sends NaN to 0.5, as JavaScript's !NaN does
+    hit_count, success_count = _count(hits, "hit_count"), _count(successes, "success_count")
+    if not hit_count > 0:  # "not >" also sends NaN to 0.5, as JavaScript's !NaN does
         return 0.5
-    hit_count, success_count = float(hits), float(successes or 0)
     decay = min(1.0, hit_count / 10)
     return success_count / hit_count * decay + 0.5 * (1 - decay)
+
+
+def _count(value: object, what: str) -> float:
+    """A count for recalc_confidence as a float (None is 0); ValidationError for
+    anything that is not a number (a string, a list...)."""
+    from hubstore.errors import ValidationError
+
+    if value is None:
+        return 0.0
+    if not isinstance(value, int | float):
+        raise ValidationError(f"{what} must be a number, got {type(value).__name__} "
+                              f"{value!r:.80}")
+    try:
+        return float(value)
+    except OverflowError:
+        return float("inf") if value > 0 else float("-inf")
 
 
 class ReflexionStore(Protocol):

@@ -15,16 +15,36 @@ from sqlalchemy.engine import URL
 from hubstore.connections import ConnectionSource
 from hubstore.db_errors import translate
 from hubstore.engine import BUSY_TIMEOUT_MS, create_hub_engine
-from hubstore.errors import HubStoreError, SchemaNotCurrent
+from hubstore.errors import (
+    DatabaseUnavailable,
+    HubStoreError,
+    SchemaNotCurrent,
+    ValidationError,
+)
 from hubstore.services import HubOperations
 from hubstore.services.waiting import WaitingOps
+from hubstore.types import AssignEvent
 from hubstore.uow import UnitOfWork
 from hubstore.urls import resolve_url, sqlite_path
+from hubstore.validation import require_int
 
 if TYPE_CHECKING:
     from hubstore.models import AssignJob
 
-AssignListener = Callable[[dict[str, Any], "AssignJob"], object]
+#: A status listener: called with the event (AssignEvent) and the job after each commit.
+AssignListener = Callable[[AssignEvent, "AssignJob"], object]
+
+
+def open_error(exc: Exception) -> HubStoreError:
+    """The hubstore error for a failure to open a store."""
+    error = translate(exc)
+    if error is not None:
+        return error
+    if isinstance(exc, OSError):
+        return DatabaseUnavailable(f"the SQLite file cannot be created or opened: {exc}")
+    if isinstance(exc, TypeError | ValueError | LookupError):
+        return ValidationError(f"cannot open the store with these arguments: {exc}")
+    return HubStoreError(f"cannot open the store: {type(exc).__name__}: {exc}")
 
 
 @dataclass(frozen=True)
@@ -72,16 +92,18 @@ class HubStore(WaitingOps, HubOperations):
         triflux file); without it, a database that is not at head raises
         SchemaNotCurrent and nothing is created or changed. ``busy_timeout_ms`` bounds
         every wait for SQLite's write lock (then DatabaseBusy).
+
+        Every failure is a HubStoreError: ValidationError for a bad URL or argument
+        (engine options included), DatabaseUnavailable for a file or server that
+        cannot be used, SchemaNotCurrent, UnknownSchema.
         """
+        require_int(busy_timeout_ms, "busy_timeout_ms", minimum=0, maximum=2**31 - 1)
         try:
             return cls._open(resolve_url(url), auto_migrate, busy_timeout_ms, engine_options)
         except HubStoreError:
             raise
         except Exception as exc:
-            error = translate(exc)
-            if error is None:
-                raise
-            raise error from exc
+            raise open_error(exc) from exc
 
     @classmethod
     def _open(cls, url: URL, auto_migrate: bool, busy_timeout_ms: int,

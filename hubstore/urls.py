@@ -10,6 +10,7 @@ from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
 from hubstore.errors import ValidationError
+from hubstore.validation import require_str
 
 ENV_URL = "HUBSTORE_URL"
 
@@ -37,6 +38,8 @@ def resolve_url(url: str | URL | None = None) -> URL:
     raw = url if url is not None else os.environ.get(ENV_URL) or default_url()
     if isinstance(raw, str) and not raw.strip():
         raise ValidationError(f"the database URL is empty; hubstore supports {SUPPORTED_FORMS}")
+    if isinstance(raw, str):
+        require_str(raw, "the database URL")  # no U+0000, no lone surrogate
     try:
         parsed = make_url(raw)
     except (ArgumentError, ValueError, TypeError) as exc:
@@ -54,7 +57,8 @@ def resolve_url(url: str | URL | None = None) -> URL:
         behind_pgbouncer(parsed)  # a bad value refused up front
         return parsed.set(drivername="postgresql+psycopg")
     database = parsed.database or ""
-    if database in ("", ":memory:") or "mode=memory" in database:
+    if database in ("", ":memory:") or "mode=memory" in database \
+            or parsed.query.get("mode") == "memory" or database.startswith("file::memory:"):
         raise ValidationError(
             "hubstore does not open in-memory SQLite databases (each connection would see "
             "an empty database of its own); use a file, for example a temporary one: "

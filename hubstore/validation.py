@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from hubstore.errors import ValidationError
-from hubstore.jsontype import check_json, text_problem
+from hubstore.jsontype import MAX_JSON_DEPTH, check_json, text_problem
 from hubstore.reflexion import JS_SPACE_CHARS
 
 #: Ids and other keys that PostgreSQL indexes with a B-tree (agent ids, message, job,
@@ -217,11 +217,12 @@ def counter(value: object, what: str, *, default: int, minimum: int) -> int:
     return require_int(result, what)
 
 
-def json_value(value: Any, what: str, *, default: Any = None) -> Any:
-    """A strict JSON value; None becomes ``default``."""
+def json_value(value: Any, what: str, *, default: Any = None,
+               max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """A strict JSON value (nested at most ``max_depth`` deep); None becomes ``default``."""
     if value is None:
         return default
-    check_json(value, what)
+    check_json(value, what, max_depth=max_depth)
     return value
 
 

@@ -32,6 +32,7 @@ from hubstore.errors import (
 )
 from hubstore.models import AssignJob
 from hubstore.services import HubOperations
+from hubstore.types import AssignEvent
 from tests.factories import AgentFactory, AssignJobFactory
 from tests.helpers import present
 from tests.test_waiting import Child, report_latency
@@ -254,11 +255,11 @@ async def test_listeners_plain_and_coroutine_run_on_the_loop_after_commit(
     heard: list[tuple[str, str, str, bool]] = []
     done = asyncio.Event()
 
-    def plain(event: dict[str, Any], job: AssignJob) -> None:
+    def plain(event: AssignEvent, job: AssignJob) -> None:
         heard.append(("plain", event["status"], job.job_id,
                       threading.get_ident() == loop_thread))
 
-    async def coroutine(event: dict[str, Any], job: AssignJob) -> None:
+    async def coroutine(event: AssignEvent, job: AssignJob) -> None:
         await asyncio.sleep(0)
         heard.append(("coroutine", event["status"], job.job_id,
                       threading.get_ident() == loop_thread))

@@ -26,10 +26,10 @@ from hubstore.errors import (
 from hubstore.ids import now_ms
 from hubstore.models import AssignJob, Message
 from hubstore.services.assigns import ConcurrentUpdate, lock_job, move
-from hubstore.types import AssignStatus
+from hubstore.types import AssignEvent, AssignStatus
 from tests.factories import AssignJobFactory
 
-Heard = list[tuple[dict[str, Any], AssignJob]]
+Heard = list[tuple[AssignEvent, AssignJob]]
 TIMED_OUT_ERROR = {"message": "assign job timed out"}
 SNAPSHOT_KEYS = {
     "job_id", "supervisor_agent", "worker_agent", "topic", "task", "status", "attempt",
@@ -352,7 +352,7 @@ def test_retry_assign_missing_is_none(store: HubStore) -> None:
 def test_listeners_run_after_commit_and_see_committed_data(store: HubStore) -> None:
     seen: list[str | None] = []
 
-    def listener(event: dict[str, Any], job: AssignJob) -> None:
+    def listener(event: AssignEvent, job: AssignJob) -> None:
         fresh = store.get_assign(event["job_id"])  # another connection
         seen.append(fresh.status if fresh else None)
 
@@ -393,7 +393,7 @@ def test_rolled_back_unit_of_work_fires_no_listener(store: HubStore, heard: Hear
 def test_a_failing_listener_is_logged_and_harms_nothing(store: HubStore, heard: Heard,
                                                         caplog: pytest.LogCaptureFixture
                                                         ) -> None:
-    def broken(event: dict[str, Any], job: AssignJob) -> None:
+    def broken(event: AssignEvent, job: AssignJob) -> None:
         raise ValueError("listener bug")
 
     after: Heard = []
@@ -454,7 +454,7 @@ def test_assign_async_is_one_transaction(store: HubStore) -> None:
 def test_assign_async_refuses_bad_input_and_writes_nothing(store: HubStore) -> None:
     with pytest.raises(ValidationError):
         store.assign_async("lead", "", trace_id="tr-bad")
-    with pytest.raises(TypeError):
+    with pytest.raises(ValidationError, match="bogus_field"):  # not a raw TypeError
         store.assign_async("lead", "w1", bogus_field=1)
     assert store.list_assigns() == []
     assert store.get_messages_by_trace("tr-bad") == []

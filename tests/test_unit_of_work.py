@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from sqlalchemy.orm import Session
 
 from hubstore import HubStore, UnitOfWork, ValidationError
+from hubstore.types import AssignEvent
 
 
 def test_one_transaction_commits_on_a_clean_exit(store: HubStore) -> None:
@@ -63,7 +62,7 @@ def test_listeners_hear_only_committed_changes(store: HubStore) -> None:
 
 
 def test_event_shape(store: HubStore) -> None:
-    events: list[dict[str, Any]] = []
+    events: list[AssignEvent] = []
     store.on_assign_status_change(lambda event, job: events.append(event))
     job = store.create_assign("lead", "w")
     store.update_assign_status(job.job_id, "failed", error={"message": "x"})

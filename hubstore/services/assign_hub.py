@@ -3,6 +3,7 @@ and claiming, each in one transaction and safe when many processes race."""
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import (
@@ -22,11 +23,25 @@ from sqlalchemy import (
 )
 
 from hubstore import assign_rules as rules
-from hubstore.errors import AssignNotFound, RetryExhausted, StaleAttempt, WorkerMismatch
+from hubstore.errors import (
+    AssignNotFound,
+    RetryExhausted,
+    StaleAttempt,
+    ValidationError,
+    WorkerMismatch,
+)
 from hubstore.ids import now_ms, uuidv7
+from hubstore.jsontype import MAX_JSON_DEPTH
 from hubstore.models import AssignJob, Message, table_of
 from hubstore.results import AssignOutcome
-from hubstore.services.assigns import announce, lock_job, move, retry, write_guarded
+from hubstore.services.assigns import (
+    AssignOps,
+    announce,
+    lock_job,
+    move,
+    retry,
+    write_guarded,
+)
 from hubstore.services.base import Operations, Prepared, const, resolve_now
 from hubstore.validation import json_value, lookup_key, optional_int, require_id, require_text
 
@@ -38,15 +53,20 @@ EVENT_TOPIC = "assign.result"
 SWEEP_BATCH = 100
 _jobs = table_of(AssignJob)
 _messages = table_of(Message)
+#: The hub's messages hold a job's payload, result or error one level down.
+ENVELOPE_DEPTH = MAX_JSON_DEPTH + 1
+#: The keyword arguments assign_async passes on to create_assign.
+CREATE_FIELDS = frozenset(inspect.signature(AssignOps.create_assign).parameters) - {
+    "self", "supervisor_agent", "worker_agent"}
 
 
 def dispatch(uow: UnitOfWork, job: AssignJob, reason: str) -> AssignJob:
     """Record the handoff message to the worker and point last_message_id at it."""
-    message = uow.audit_log(
+    message = uow._record_message(
         type="handoff", from_agent=job.supervisor_agent, to_agent=job.worker_agent,
         topic=job.topic, priority=job.priority, ttl_ms=job.ttl_ms,
-        trace_id=job.trace_id, correlation_id=job.correlation_id,
-        payload={
+        trace_id=job.trace_id, correlation_id=job.correlation_id, status="queued",
+        max_depth=ENVELOPE_DEPTH, payload={
             "kind": "assign.job", "reason": reason, "assign_job_id": job.job_id,
             "attempt": job.attempt, "retry_count": job.retry_count,
             "max_retries": job.max_retries, "timeout_ms": job.timeout_ms,
@@ -76,11 +96,11 @@ def notify_supervisor(uow: UnitOfWork, job: AssignJob, event: str,
     As in the reference: payload {event, the job's snapshot, extra}, priority at least
     5, the job's ttl, on the job's trace and correlation ids.
     """
-    return uow.audit_log(
+    return uow._record_message(
         type="event", from_agent=job.worker_agent, to_agent=job.supervisor_agent,
         topic=EVENT_TOPIC, priority=max(5, job.priority), ttl_ms=job.ttl_ms,
-        trace_id=job.trace_id, correlation_id=job.correlation_id,
-        payload={"event": event, **job_snapshot(job), **extra})
+        trace_id=job.trace_id, correlation_id=job.correlation_id, status="queued",
+        max_depth=ENVELOPE_DEPTH, payload={"event": event, **job_snapshot(job), **extra})
 
 
 def finish(uow: UnitOfWork, job: AssignJob, target: str, patch: dict[str, Any],
@@ -222,7 +242,15 @@ class AssignHubOps(Operations):
 
     def assign_async(self, supervisor_agent: str, worker_agent: str, **fields: Any
                      ) -> AssignJob:
-        """Create a job and record its dispatch to the worker, in one transaction."""
+        """Create a job and record its dispatch to the worker, in one transaction.
+
+        ``fields`` are create_assign's keyword arguments; an unknown one is a
+        ValidationError (nothing is written)."""
+        unknown = sorted(set(fields) - CREATE_FIELDS)
+        if unknown:
+            raise ValidationError(
+                f"assign_async got unknown field(s) {', '.join(map(repr, unknown))}; "
+                f"it takes {', '.join(sorted(CREATE_FIELDS))}")
         with self.unit_of_work() as uow:
             return dispatch(uow, uow.create_assign(supervisor_agent, worker_agent, **fields),
                             "create")

@@ -271,6 +271,9 @@ class AssignOps(Operations):
                          or not isinstance(statuses, Sequence | set | frozenset)):
             raise ValidationError(
                 f"statuses must be a list of statuses, got {type(statuses).__name__}")
+        given: object = status
+        if given is not None and given != "":
+            require_enum(given, ASSIGN_STATUSES, "status")  # checked even beside statuses
         wanted = list(statuses) if statuses else ([status] if status else [])
         for item in wanted:
             require_enum(item, ASSIGN_STATUSES, "status")

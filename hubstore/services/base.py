@@ -20,7 +20,7 @@ from sqlalchemy.sql.compiler import SQLCompiler
 
 from hubstore.ids import now_ms
 from hubstore.jsontype import JSONText
-from hubstore.validation import require_int
+from hubstore.validation import require_time
 
 if TYPE_CHECKING:
     from hubstore.models import Base
@@ -66,8 +66,11 @@ def natural_order(uow: UnitOfWork, table: Table) -> list[ColumnElement[Any]]:
 
 
 def resolve_now(value: int | None) -> int:
-    """``now_ms`` as given (tests and callers sweep at a chosen time), else the clock."""
-    return now_ms() if value is None else require_int(value, "now_ms")
+    """``now_ms`` as given (tests and callers sweep at a chosen time), else the clock.
+
+    A given time is an int within +-MAX_DURATION_MS (2**62), so that it plus or minus a
+    duration still fits in 64 bits on both dialects (else ValidationError)."""
+    return now_ms() if value is None else require_time(value, "now_ms")
 
 
 def update_row(uow: UnitOfWork, table: Table, key: str, **values: Any) -> bool:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import bindparam, insert, select, text, union_all
 
 from hubstore.ids import now_ms, uuidv7
-from hubstore.jsontype import dumps
+from hubstore.jsontype import MAX_JSON_DEPTH, dumps
 from hubstore.models import (
     MESSAGE_STATUSES,
     MESSAGE_TYPES,
@@ -150,13 +150,23 @@ class MessageOps(Operations):
                   trace_id: str | None = None, correlation_id: str | None = None,
                   status: MessageStatus = "queued") -> Message:
         """Record a message; ids default to fresh UUIDv7s and the payload to {}."""
+        return self._record_message(type, from_agent, to_agent, topic, priority, ttl_ms,
+                                    payload, trace_id, correlation_id, status,
+                                    max_depth=MAX_JSON_DEPTH)
+
+    def _record_message(self, type: str, from_agent: str, to_agent: str, topic: str,
+                        priority: int, ttl_ms: int, payload: Any, trace_id: str | None,
+                        correlation_id: str | None, status: str, *,
+                        max_depth: int) -> Message:
+        """audit_log, also for the hub's own messages, whose payload wraps a caller's
+        value one level deeper (a handoff holds the job's payload): ``max_depth``."""
         require_enum(type, MESSAGE_TYPES, "type")
         require_id(from_agent, "from_agent")
         require_id(to_agent, "to_agent")
         require_key(topic, "topic")
         require_int(priority, "priority", minimum=1, maximum=9)
         require_duration(ttl_ms, "ttl_ms")
-        body = json_value(payload, "payload", default={})
+        body = json_value(payload, "payload", default={}, max_depth=max_depth)
         optional_id(trace_id, "trace_id")
         optional_id(correlation_id, "correlation_id")
         require_enum(status, MESSAGE_STATUSES, "status")

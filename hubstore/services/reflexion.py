@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from sqlalchemy import (
     JSON,
@@ -35,7 +35,7 @@ from hubstore.jsontype import dumps
 from hubstore.models import REFLEXION_TYPES, ReflexionEntry, table_of
 from hubstore.reflexion import recalc_confidence
 from hubstore.services.base import Operations, Prepared, const, resolve_now
-from hubstore.types import ReflexionType
+from hubstore.types import ReflexionPatch, ReflexionType
 from hubstore.validation import (
     MAX_PATTERN_BYTES,
     json_object,
@@ -374,7 +374,8 @@ class ReflexionOps(Operations):
                                        "p_slug" in params)
             return [ReflexionEntry.from_row(row) for row in statement.rows(uow, params)]
 
-    def patch_reflexion(self, id: str, **patch: Any) -> ReflexionEntry | None:
+    def patch_reflexion(self, id: str, **patch: Unpack[ReflexionPatch]
+                        ) -> ReflexionEntry | None:
         """Set the given fields of an entry, as 10.17.4's ``patchReflexion``; None if missing.
 
         ``context=None`` and ``adaptive_state=None`` keep the current value;

@@ -77,8 +77,9 @@ def check_batch(max_messages: object) -> int:
 
 
 def parse_cursor(cursor: object) -> int:
-    if not isinstance(cursor, str) or not _CURSOR.fullmatch(cursor):
-        raise ValidationError(f"not a message feed cursor: {cursor!r}")
+    if not isinstance(cursor, str) or not _CURSOR.fullmatch(cursor) \
+            or int(cursor[len(CURSOR_PREFIX):]) > 2**63 - 1:  # a seq is 64-bit
+        raise ValidationError(f"not a message feed cursor: {cursor!r:.80}")
     return int(cursor[len(CURSOR_PREFIX):])
 
 
