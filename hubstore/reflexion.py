@@ -257,7 +257,11 @@ def learn_from_error(
     if not pattern or not solution:
         return None
     with store.unit_of_work() as uow:
-        existing = uow.find_reflexion(pattern, context)
+        # Only an entry with exactly this pattern is updated: the substring fallback of
+        # find_reflexion could not find it, so a store that offers the exact lookup
+        # alone is asked that (the same entries, without the trigram search).
+        exact = getattr(uow, "find_reflexion_exact", None)
+        existing = (exact or uow.find_reflexion)(pattern, context)
         if existing and existing[0].error_pattern == pattern:
             return uow.update_reflexion_hit(existing[0].id, success)
         entry = uow.add_reflexion(

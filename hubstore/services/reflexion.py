@@ -296,6 +296,17 @@ class ReflexionOps(Operations):
         Both by confidence, highest first. Every non-None context value is an equality
         filter on that key of the stored context (True never matches 1).
         """
+        return self._find_reflexion(error_pattern, context, substring=True)
+
+    def find_reflexion_exact(self, error_pattern: str,
+                             context: dict[str, Any] | None = None) -> list[ReflexionEntry]:
+        """find_reflexion without the substring fallback: the entries with exactly this
+        pattern (learn_from_error's lookup: no substring match is the entry it wants,
+        and on SQLite the trigram search costs more than the rest of a learn)."""
+        return self._find_reflexion(error_pattern, context, substring=False)
+
+    def _find_reflexion(self, error_pattern: str, context: dict[str, Any] | None, *,
+                        substring: bool) -> list[ReflexionEntry]:
         lookup_key(error_pattern, "error_pattern")
         filters = check_context_filter(context)
         signature = tuple((key, _kind(value)) for key, value in filters.items())
@@ -311,9 +322,11 @@ class ReflexionOps(Operations):
                 params["p_like"] = "%" + like_escape(needle) + "%"
                 params["p_phrase"] = '"' + needle.replace('"', '""') + '"'
             trigram = uow.store.features.reflexion_fts and len(needle) >= 3
-            exact, substring = find_statements(uow.dialect, signature, trigram)
-            return (exact.instances(uow, params, ReflexionEntry)
-                    or substring.instances(uow, params, ReflexionEntry))
+            exact, contains = find_statements(uow.dialect, signature, trigram)
+            found = exact.instances(uow, params, ReflexionEntry)
+            if found or not substring:
+                return found
+            return contains.instances(uow, params, ReflexionEntry)
 
     def update_reflexion_hit(self, id: str, success: bool = False) -> ReflexionEntry | None:
         """One more hit (and success): confidence is recalculated."""
