@@ -15,6 +15,7 @@ from sqlalchemy.sql.elements import ClauseElement
 from hubstore import HubStore
 from hubstore.reflexion import normalize_error
 from hubstore.services.base import Prepared
+from hubstore.services.messages import UNION_TOPICS
 from tests.factories import AgentFactory, MessageFactory, ReflexionEntryFactory
 
 # The reference's own poll query (hub/store.mjs: an OR over a JSON list scan), in SQL.
@@ -27,6 +28,9 @@ REFERENCE_POLL = """
 """
 TOPIC_LIST = {"sqlite": "SELECT value FROM json_each(:topics)",
               "postgresql": "SELECT jsonb_array_elements_text(CAST(:topics AS jsonb))"}
+
+
+MANY_TOPICS = ["t.c", *(f"filler.{i}" for i in range(UNION_TOPICS + 300)), "t.a", "t.c"]
 
 
 def test_poll_equals_the_references_or_query(store: HubStore, backend: str) -> None:
@@ -46,7 +50,8 @@ def test_poll_equals_the_references_or_query(store: HubStore, backend: str) -> N
         row = store.get_agent(agent)
         assert row is not None
         for limit in (1, 5, 20, 100):
-            for include in (None, ["t.e"], ["t.a", "t.b", "t.a"]):
+            # Past UNION_TOPICS (200) topics the poll takes them from one JSON array.
+            for include in (None, ["t.e"], ["t.a", "t.b", "t.a"], MANY_TOPICS):
                 topics = include or row.topics
                 with store.unit_of_work(write=False) as uow:
                     expected = list(uow.connection.scalars(reference, {
@@ -93,7 +98,7 @@ def test_sqlite_plans_use_the_indexes(tmp_path: Path) -> None:
     """The poll's branches and the claim run on their (partial) indexes, not table scans:
     the query repeats each partial index's predicate, so the planner can prove it."""
     from hubstore.services.assign_hub import _CLAIM
-    from hubstore.services.messages import _poll_statement
+    from hubstore.services.messages import _many_topics_statement, _poll_statement
 
     def plan(prepared: Prepared) -> str:
         with store.unit_of_work(write=False) as uow:
@@ -111,6 +116,9 @@ def test_sqlite_plans_use_the_indexes(tmp_path: Path) -> None:
         poll = plan(_poll_statement(2))
         assert "ix_messages_to_agent_created" in poll and "ix_messages_topic_feed" in poll
         assert "SCAN messages" not in poll
+        many = plan(_many_topics_statement("sqlite"))  # more than UNION_TOPICS topics
+        assert "ix_messages_to_agent_created" in many and "ix_messages_topic_feed" in many
+        assert "SCAN messages" not in many
         assert "ix_assign_jobs_claim" in plan(_CLAIM)
     finally:
         store.close()
