@@ -1324,7 +1324,9 @@ class StatementCounter:
 
     PostgreSQL: libpq's own trace of every connection (psycopg ``pgconn.trace``): each
     frontend Query or Execute message is a statement (BEGIN, COMMIT and the pool's
-    pre-ping included), each ReadyForQuery from the server ends a round trip. SQLite:
+    pre-ping included), each ReadyForQuery from the server ends a round trip, and one
+    that says the server is idle again after statements ends a transaction (a COMMIT or
+    an autocommit statement: the commits, rolled-back transactions included). SQLite:
     sqlite3's trace callback, one call per statement the library runs (BEGIN and COMMIT
     included, trigger bodies not); SQLite has no round trips (it runs in the process).
     Only pool "connect" listeners are added: no execution event listener, so the store
@@ -1378,16 +1380,21 @@ class StatementCounter:
             handle.close()
             with open(path) as trace:
                 trace.seek(self._offsets.get(path, 0))
+                ran = False  # a statement since the server was last idle
                 for line in trace:
                     parts = line.rstrip("\n").split("\t")
                     if len(parts) < 3:
                         continue
                     if parts[0] == "F" and parts[2] in ("Query", "Execute"):
                         statements += 1
-                        if parts[2] == "Query" and '"COMMIT"' in line:
-                            commits += 1
+                        ran = True
                     elif parts[0] == "B" and parts[2] == "ReadyForQuery":
                         round_trips += 1
+                        # Idle again after statements: a transaction ended (a COMMIT, or
+                        # an autocommit statement, which is its own transaction).
+                        if ran and parts[-1].strip() == "I":
+                            commits += 1
+                            ran = False
         return {"statements": statements, "round_trips": round_trips, "commits": commits}
 
 

@@ -140,7 +140,10 @@ def test_claim_mode_claims_every_job_once(empty_url: URL) -> None:
     assert per_job["statements"] >= 2  # a claim and a finish at least
     assert per_job["commits"] >= 1
     if empty_url.get_backend_name() == "postgresql":
-        assert per_job["round_trips"] >= per_job["commits"] + 2
+        # issue 11: a claim and a finish, one autocommit statement each, and no ping
+        # before a connection in steady use (the trace may catch one idle-spell ping)
+        assert per_job["commits"] == pytest.approx(2, abs=0.1)
+        assert per_job["commits"] <= per_job["round_trips"] <= 4
     assert "trace" in per_job["method"]
 
 
