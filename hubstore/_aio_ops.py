@@ -502,6 +502,16 @@ class AsyncOperations:
         """
         return await self._call(self._sync_ops().find_reflexion, error_pattern, context)
 
+    async def find_reflexion_exact(
+        self, error_pattern: str, context: dict[str, Any] | None = None
+    ) -> list[ReflexionEntry]:
+        """Await :meth:`HubStore.find_reflexion_exact`: find_reflexion without the substring
+        fallback: the entries with exactly this pattern (learn_from_error's lookup: no
+        substring match is the entry it wants, and on SQLite the trigram search costs more
+        than the rest of a learn).
+        """
+        return await self._call(self._sync_ops().find_reflexion_exact, error_pattern, context)
+
     async def update_reflexion_hit(self, id: str, success: bool = False) -> ReflexionEntry | None:
         """Await :meth:`HubStore.update_reflexion_hit`: One more hit (and success):
         confidence is recalculated.
