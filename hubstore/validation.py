@@ -238,11 +238,12 @@ def json_object(value: Any, what: str) -> dict[str, Any]:
 
 
 def string_list(value: Any, what: str) -> list[str]:
-    """A list of strings; None becomes []."""
+    """A list of strings; None becomes []. A str, bytes or a dict (whose keys would be
+    taken silently) is refused."""
     if value is None:
         return []
-    if isinstance(value, str | bytes) or not isinstance(value, Iterable):
-        raise ValidationError(f"{what} must be a list of strings, got {value!r}")
+    if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
+        raise ValidationError(f"{what} must be a list of strings, got {value!r:.80}")
     items = list(value)
     for index, item in enumerate(items):
         require_key(item, f"{what}[{index}]")

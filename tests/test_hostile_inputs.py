@@ -280,6 +280,7 @@ METHODS: dict[str, dict[str, str]] = {
                       "type": "reflexion_type", "adaptive_state": "object"},
     "get_reflexion": {"id": "entry"},
     "find_reflexion": {"error_pattern": "text", "context": "object"},
+    "find_reflexion_exact": {"error_pattern": "text", "context": "object"},
     "update_reflexion_hit": {"id": "entry", "success": "bool"},
     "prune_reflexion": {"max_age_ms": "duration", "min_confidence": "confidence",
                         "now_ms": "time"},
@@ -466,8 +467,9 @@ def check_read_back(store: HubStore, name: str, kwargs: dict[str, Any], value: A
         assert agent is not None
         for column, arg, default in (("capabilities", "capabilities", []),
                                      ("topics", "topics", []), ("meta", "metadata", {})):
-            want = as_written(given.get(arg) or default) if arg != "metadata" \
-                else as_written(given.get(arg) or {})
+            value_given = given.get(arg)
+            want = as_written(default if not value_given else
+                              value_given if arg == "metadata" else list(value_given))
             assert same(want, getattr(agent, column)), (name, column, want)
         assert same(given.get("pid"), agent.pid)
         pools.add("agent", given["agent_id"])
