@@ -27,6 +27,7 @@ from hubstore.errors import (
     ValidationError,
 )
 from hubstore.jsontype import MAX_JSON_DEPTH
+from hubstore.reflexion import learn_from_error, lookup_solution, recalc_confidence, report_outcome
 from hubstore.validation import MAX_KEY_BYTES, as_number, js_number
 from tests.test_hostile_inputs import METHODS, nested, same, snapshot
 
@@ -458,3 +459,32 @@ def test_human_request_methods_take_request_id_by_keyword(store: HubStore) -> No
     again = store.get_human_request(request_id=request.request_id)
     assert again is not None and (again.state, again.response) == ("accepted", {"ok": True})
     assert store.update_human_request(request_id="missing", state="declined") is False
+
+
+# --- hubstore.reflexion helpers --------------------------------------------------------------
+
+@pytest.mark.parametrize("entry", [{"hit_count": "5"}, {"hit_count": 5, "success_count": []},
+                                   {"hit_count": [1]}, {"success_count": "1", "hit_count": 2}])
+def test_recalc_confidence_refuses_non_numbers(entry: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError, match="must be a number"):
+        recalc_confidence(entry)
+
+
+def test_recalc_confidence_of_huge_and_odd_numbers() -> None:
+    assert recalc_confidence({"hit_count": math.nan}) == 0.5
+    assert recalc_confidence({"hit_count": True, "success_count": True}) == pytest.approx(0.55)
+    assert recalc_confidence({"hit_count": 10**400, "success_count": 1}) == 0.0
+
+
+def test_reflexion_helpers_raise_only_hubstore_errors(store: HubStore) -> None:
+    assert lookup_solution(store, 5).found is False  # no pattern: nothing to look up
+    assert learn_from_error(store, ["not", "text"], "fix") is None  # type: ignore[arg-type]
+    with pytest.raises(ValidationError):
+        lookup_solution(store, "TypeError: x", context=5)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError):
+        learn_from_error(store, "TypeError: x", ["fix"])  # type: ignore[arg-type]
+    with pytest.raises(ValidationError):
+        report_outcome(store, 5, True)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="surrogate"):
+        learn_from_error(store, "TypeError: \ud800", "fix")
+    assert store.list_reflexion() == []
