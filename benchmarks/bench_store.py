@@ -1015,6 +1015,13 @@ def reference_for(preload_rows: int) -> dict[str, float] | None:
     return {name: figures[column] for name, figures in REFERENCE.items()}
 
 
+def paired_ratio(ours: Sequence[float], theirs: Sequence[float]) -> float:
+    """The median of the per-repeat ratios: repeat k of hubstore and repeat k of the
+    reference run seconds apart, so a machine whose load changes between repeats moves
+    both figures of a pair alike (the ratio of medians pairs runs minutes apart)."""
+    return statistics.median(a / b for a, b in zip(ours, theirs, strict=True))
+
+
 def _spread_cells(values: Sequence[float]) -> list[str]:
     s = spread(values)
     return [_rate(s["min"]), _rate(s["median"]), _rate(s["max"])]
@@ -1024,7 +1031,7 @@ def results_table(measured: Measured, published: dict[str, float] | None) -> str
     header = ["workload", "hubstore min", "median", "max"]
     ref = measured.reference_runs
     if ref is not None:
-        header += ["reference min", "median", "max", "ratio"]
+        header += ["reference min", "median", "max", "ratio", "paired"]
     elif published is not None:
         header += ["published reference (other machine)", "ratio"]
     if measured.async_runs:
@@ -1035,7 +1042,8 @@ def results_table(measured: Measured, published: dict[str, float] | None) -> str
         median = statistics.median(values)
         row = [name, *_spread_cells(values)]
         if ref is not None:
-            row += [*_spread_cells(ref[name]), _ratio(median / statistics.median(ref[name]))]
+            row += [*_spread_cells(ref[name]), _ratio(median / statistics.median(ref[name])),
+                    _ratio(paired_ratio(values, ref[name]))]
         elif published is not None:
             row += [f"{published[name]:,.0f}", _ratio(median / published[name])]
         if measured.async_runs:
@@ -1099,6 +1107,9 @@ def run_standard(args: argparse.Namespace, target: Target, log: Log) -> None:
             name: spread(values) for name, values in measured.reference_runs.items()}
         payload["ratio"] = {name: float(f"{results[name] / reference[name]:.4g}")
                             for name in results}
+        payload["paired_ratio"] = {
+            name: float(f"{paired_ratio(values, measured.reference_runs[name]):.4g}")
+            for name, values in measured.runs.items()}
     else:
         published = reference_for(args.preload)
         if published is not None:
