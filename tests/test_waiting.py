@@ -40,7 +40,13 @@ class Child:
 
     def ready(self) -> None:
         assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
+        # Byte by byte from the descriptor: a buffered readline could also swallow the
+        # result line of a child that finished meanwhile, and communicate() reads the
+        # descriptor, not that buffer (the child's result was then lost under load).
+        fd, raw = self.proc.stdout.fileno(), b""
+        while not raw.endswith(b"\n") and (byte := os.read(fd, 1)):
+            raw += byte
+        line = raw.decode()
         if not line:
             _, err = self.proc.communicate(timeout=CHILD_TIMEOUT_S)
             raise AssertionError(f"child failed to start: {err}")
