@@ -9,7 +9,7 @@ from platformdirs import user_data_dir
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
-from hubstore.errors import ValidationError
+from hubstore.errors import DatabaseUnavailable, ValidationError
 from hubstore.validation import require_str
 
 ENV_URL = "HUBSTORE_URL"
@@ -55,6 +55,13 @@ def resolve_url(url: str | URL | None = None) -> URL:
         if parsed.port is not None and not 1 <= parsed.port <= 65535:
             raise ValidationError(f"the port {parsed.port} is not between 1 and 65535")
         behind_pgbouncer(parsed)  # a bad value refused up front
+        try:
+            import psycopg  # noqa: F401  (the engine imports it next anyway)
+        except ImportError as exc:
+            raise DatabaseUnavailable(
+                f"{_hide_password(parsed.render_as_string())} is a PostgreSQL URL, and its "
+                'driver, psycopg 3, is not installed: pip install "hubstore[postgres]"'
+            ) from exc
         return parsed.set(drivername="postgresql+psycopg")
     database = parsed.database or ""
     if database in ("", ":memory:") or "mode=memory" in database \

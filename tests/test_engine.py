@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -76,3 +78,19 @@ def test_open_without_migrating_refuses_and_creates_nothing(tmp_path: Path) -> N
         HubStore.open(f"sqlite:///{path}")
     assert info.value.code == "SCHEMA_NOT_CURRENT"
     assert not path.exists() and os.listdir(tmp_path) == []
+
+
+def test_a_postgresql_url_without_psycopg_names_the_extra() -> None:
+    script = (
+        "import sys\n"
+        "sys.modules['psycopg'] = None  # as if it were not installed\n"
+        "from hubstore import HubStore\n"
+        "from hubstore.errors import DatabaseUnavailable\n"
+        "try:\n"
+        "    HubStore.open('postgresql://postgres@127.0.0.1:1/x')\n"
+        "except DatabaseUnavailable as exc:\n"
+        "    print(exc)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert 'pip install "hubstore[postgres]"' in done.stdout

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -44,10 +43,6 @@ def _resolve(_ctx: click.Context, _param: click.Parameter, value: str | None) ->
         url = resolve_url(value or None)
     except (HubStoreError, ArgumentError) as exc:  # an unsupported or malformed URL
         raise click.BadParameter(str(exc) + _hint(value)) from exc
-    if url.get_backend_name() == "postgresql" and importlib.util.find_spec("psycopg") is None:
-        raise click.BadParameter(
-            f"{shown(url)} is a PostgreSQL URL, and its driver, psycopg 3, is not installed: "
-            'pip install "hubstore[postgres]"')
     return url
 
 
