@@ -175,11 +175,12 @@ class UnitOfWork(HubOperations):
             assert writers is not None
             writers.release()
 
-    def _translated(self, exc: BaseException) -> BaseException:
+    def _translated(self, exc: BaseException, *, read_only: bool | None = None
+                    ) -> BaseException:
         """``exc`` as a HubStoreError when it is a database error, else itself."""
         if isinstance(exc, HubStoreError):
             return exc
-        error = translate(exc, read_only=not self.write)
+        error = translate(exc, read_only=not self.write if read_only is None else read_only)
         return exc if error is None else error
 
     # -- nested blocks ---------------------------------------------------------------
@@ -190,8 +191,24 @@ class UnitOfWork(HubOperations):
 
     def savepoint(self, write: bool = True) -> Frame:
         """A nested block: a SAVEPOINT when it writes (a store method or
-        ``store.unit_of_work()`` called while this unit of work is open)."""
-        return Frame(self, write, savepoint=write)
+        ``store.unit_of_work()`` called while this unit of work is open). A read-only
+        block inside a writing one makes the transaction refuse writes while it is open
+        (see :meth:`_refuse_writes`)."""
+        return Frame(self, write, savepoint=write, guard=not write and all(self._frames))
+
+    def _refuse_writes(self, on: bool) -> None:
+        """Make the open transaction refuse writes (``on``), or allow them again: SQLite's
+        ``query_only`` on this connection; on PostgreSQL a savepoint made READ ONLY, which
+        its rollback (nothing was written in it) makes read-write again. One round trip
+        each way."""
+        if self.dialect == "sqlite":
+            self.driver.execute(f"PRAGMA query_only = {1 if on else 0}")
+        elif on:
+            self.driver.execute("SAVEPOINT hubstore_read_only; SET TRANSACTION READ ONLY")
+        elif self.driver.info.transaction_status.name != "IDLE":  # (a failed Session
+            # flush rolls the whole transaction back, savepoint and all)
+            self.driver.execute("ROLLBACK TO SAVEPOINT hubstore_read_only; "
+                                "RELEASE SAVEPOINT hubstore_read_only")
 
     def _enter_frame(self, write: bool) -> None:
         if not self._frames:
@@ -343,19 +360,29 @@ def _reload_expired(session: Session) -> None:
 class Frame:
     """A nested block of an open unit of work (see the module's docstring)."""
 
-    __slots__ = ("_actions", "_savepoint", "savepoint", "uow", "write")
+    __slots__ = ("_actions", "_savepoint", "guard", "savepoint", "uow", "write")
 
-    def __init__(self, uow: UnitOfWork, write: bool, *, savepoint: bool) -> None:
+    def __init__(self, uow: UnitOfWork, write: bool, *, savepoint: bool,
+                 guard: bool = False) -> None:
         self.uow = uow
         self.write = write
         self.savepoint = savepoint
+        #: A read-only block inside a writing one: the transaction refuses writes in it.
+        self.guard = guard
         self._savepoint: Any = None
         self._actions = 0
 
     def __enter__(self) -> UnitOfWork:
         uow = self.uow
         uow._enter_frame(self.write)
-        if self.savepoint:
+        if self.guard:
+            try:
+                uow._refuse_writes(True)
+            except BaseException as exc:
+                uow._frames.pop()
+                uow._fail(exc)
+                raise uow._translated(exc) from exc
+        elif self.savepoint:
             try:
                 self._savepoint = (uow._session.begin_nested() if uow._session is not None
                                    else uow.connection.begin_nested())
@@ -368,6 +395,9 @@ class Frame:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         uow = self.uow
+        if self.guard:
+            self._exit_guarded(exc)
+            return
         failure: BaseException | None = None
         if self._savepoint is not None:
             try:
@@ -388,5 +418,21 @@ class Frame:
             if self._savepoint is None and failed_statement(exc):
                 uow._fail(exc)
             translated = uow._translated(exc)
+            if translated is not exc:
+                raise translated from exc
+
+    def _exit_guarded(self, exc: BaseException | None) -> None:
+        """Leave a read-only block inside a writing one: writes allowed again (a write it
+        refused failed only inside it), its refusal raised as ReadOnlyUnitOfWork."""
+        uow = self.uow
+        try:
+            uow._refuse_writes(False)
+        except BaseException as error:
+            uow._frames.pop()
+            uow._fail(error)
+            raise uow._translated(error) from error
+        uow._frames.pop()
+        if exc is not None:
+            translated = uow._translated(exc, read_only=True)
             if translated is not exc:
                 raise translated from exc

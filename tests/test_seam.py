@@ -17,7 +17,7 @@ from sqlalchemy import event, text
 from sqlalchemy.engine import URL
 
 from hubstore import HubStore
-from hubstore.errors import DatabaseBusy, ReadOnlyUnitOfWork
+from hubstore.errors import DatabaseBusy, HubStoreError, ReadOnlyUnitOfWork
 from hubstore.models import Agent, AssignJob
 from hubstore.testing.factories import AgentFactory, AssignJobFactory
 
@@ -266,6 +266,34 @@ def test_a_read_only_unit_of_work_refuses_session_writes(store: HubStore) -> Non
         assert uow.session.get(Agent, "orm") is None
         assert uow.session.get(Agent, "orm2") is None
     assert store.list_all_agents() == []
+
+
+def test_a_read_only_block_inside_a_writing_one_refuses_every_write(store: HubStore
+                                                                    ) -> None:
+    with store.unit_of_work() as outer:
+        outer.register_agent("before", "codex")
+        with pytest.raises(ReadOnlyUnitOfWork), store.unit_of_work(write=False) as inner:
+            assert inner.get_agent("before") is not None  # reads see the outer writes
+            inner.connection.execute(_RAW_INSERT)
+        with pytest.raises(ReadOnlyUnitOfWork), store.unit_of_work(write=False) as inner:
+            inner.register_agent("refused", "codex")
+        # the outer block writes again, and reads through the store still work
+        outer.register_agent("after", "codex")
+        assert store.get_agent("after") is not None
+    names = sorted(a.agent_id for a in store.list_all_agents())
+    assert names == ["after", "before"]
+
+
+def test_a_session_write_refused_in_a_nested_read_only_block_fails_the_unit_of_work(
+        store: HubStore) -> None:
+    with pytest.raises(HubStoreError, match="rolled back"), store.unit_of_work() as outer:
+        outer.register_agent("before", "codex")
+        with pytest.raises(ReadOnlyUnitOfWork), store.unit_of_work(write=False) as inner:
+            inner.session.add(AgentFactory.build(agent_id="orm"))
+            inner.session.flush()  # a failed flush rolls the whole transaction back
+    assert store.list_all_agents() == []
+    store.register_agent("later", "codex")  # and the connection is usable again
+    assert [a.agent_id for a in store.list_all_agents()] == ["later"]
 
 
 # -- 4. the Session ------------------------------------------------------------------
