@@ -1381,9 +1381,9 @@ class StatementCounter:
 
     def totals(self) -> dict[str, int]:
         if self.dialect == "sqlite":
-            ran = [s for s in self.sqlite_statements if not s.startswith("--")]
-            ended = sum(1 for s in ran if s.strip().upper() == "COMMIT")
-            return {"statements": len(ran), "commits": ended}
+            executed = [s for s in self.sqlite_statements if not s.startswith("--")]
+            ended = sum(1 for s in executed if s.strip().upper() == "COMMIT")
+            return {"statements": len(executed), "commits": ended}
         statements = round_trips = commits = 0
         for conn, path, handle in self.traced:
             if not conn.closed:
