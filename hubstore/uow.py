@@ -379,9 +379,7 @@ class Frame:
             try:
                 uow._refuse_writes(True)
             except BaseException as exc:
-                uow._frames.pop()
-                uow._fail(exc)
-                raise uow._translated(exc) from exc
+                raise self._abandoned(exc) from exc
         elif self.savepoint:
             try:
                 self._savepoint = (uow._session.begin_nested() if uow._session is not None
@@ -428,11 +426,16 @@ class Frame:
         try:
             uow._refuse_writes(False)
         except BaseException as error:
-            uow._frames.pop()
-            uow._fail(error)
-            raise uow._translated(error) from error
+            raise self._abandoned(error) from error
         uow._frames.pop()
         if exc is not None:
             translated = uow._translated(exc, read_only=True)
             if translated is not exc:
                 raise translated from exc
+
+    def _abandoned(self, exc: BaseException) -> BaseException:
+        """The guard's own statement failed: leave the block, and fail the unit of work
+        (its transaction is in an unknown state)."""
+        self.uow._frames.pop()
+        self.uow._fail(exc)
+        return self.uow._translated(exc)
