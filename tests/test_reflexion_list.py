@@ -344,3 +344,17 @@ def test_same_results_as_the_reference_store(backend: str, db_url: URL,
         store.close()
     for (name, args), want, have in zip(calls, expected, got, strict=True):
         assert have == want, (name, args)
+
+
+@pytest.mark.parametrize("confidence", [0.0, 1.0, 0.25])
+def test_a_patched_whole_confidence_comes_back_a_float(store: HubStore,
+                                                        confidence: float) -> None:
+    # SQLite's RETURNING gives a whole REAL as the int it stores (found by the
+    # hostile-input property test: 0.0 came back as 0)
+    entry = store.add_reflexion("p", "m", "s")
+    patched = store.patch_reflexion(entry.id, confidence=confidence)
+    assert patched is not None
+    stored = store.get_reflexion(entry.id)
+    assert stored is not None
+    for value in (patched.confidence, stored.confidence):
+        assert type(value) is float and value == confidence

@@ -9,6 +9,7 @@ from sqlalchemy import (
     ClauseElement,
     ColumnElement,
     Executable,
+    Float,
     String,
     Table,
     literal_column,
@@ -201,4 +202,11 @@ class Prepared:
         column_type = self.table.c[name].type
         if isinstance(column_type, JSONText) and dialect.name == "sqlite":
             return column_type.sqlite_reader()
+        if isinstance(column_type, Float) and dialect.name == "sqlite":
+            # SQLite's RETURNING gives a whole REAL (0.0, 1.0) as the int it stores it as
+            return _as_float
         return column_type.dialect_impl(dialect).result_processor(dialect, None)
+
+
+def _as_float(value: Any) -> float | None:
+    return None if value is None else float(value)
