@@ -13,7 +13,7 @@ import inspect
 import shutil
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 import pytest
@@ -298,14 +298,19 @@ async def test_wait_for_assign_wakes_and_times_out(astore: AsyncHubStore) -> Non
     assert 0.4 <= time.monotonic() - started <= 0.9
 
 
-async def test_a_cancelled_wait_takes_nothing(astore: AsyncHubStore) -> None:
-    waiting = asyncio.create_task(astore.wait_for_assign("w1", timeout_s=30))
+async def cancel_while_waiting(wait: Coroutine[Any, Any, Any]) -> None:
+    """Run ``wait`` for a moment, cancel it, and check it raised CancelledError promptly."""
+    waiting = asyncio.create_task(wait)
     await asyncio.sleep(0.2)
     started = time.monotonic()
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
     assert time.monotonic() - started < 1.0
+
+
+async def test_a_cancelled_wait_takes_nothing(astore: AsyncHubStore) -> None:
+    await cancel_while_waiting(astore.wait_for_assign("w1", timeout_s=30))
     job = await astore.assign_async("lead", "w1", task="t")
     await asyncio.sleep(0.3)  # a leftover waiter would claim it now
     assert present(await astore.get_assign(job.job_id)).status == "queued"
@@ -366,13 +371,7 @@ async def test_feed_next_wakes_times_out_and_resumes(astore: AsyncHubStore) -> N
 async def test_a_cancelled_next_leaves_its_messages_for_the_next_call(
         astore: AsyncHubStore) -> None:
     feed = await astore.message_feed("a1")
-    waiting = asyncio.create_task(feed.next(timeout_s=30))
-    await asyncio.sleep(0.2)
-    started = time.monotonic()
-    waiting.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await waiting
-    assert time.monotonic() - started < 1.0
+    await cancel_while_waiting(feed.next(timeout_s=30))
 
     await astore.audit_log("event", "x", "a1", "t", payload={"n": 1})
     loop = asyncio.get_running_loop()
