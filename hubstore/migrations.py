@@ -347,13 +347,8 @@ def run_env(context: EnvironmentContext) -> None:
         # Rows a legacy file already left dangling are its own business; a migration that
         # leaves new ones is rolled back. Skipped on the usual path: opening at head.
         dangling = None if not sqlite or at_head else _dangling_rows(conn)
-        context.configure(
-            connection=conn, target_metadata=metadata, include_object=include_object,
-            render_as_batch=sqlite, transaction_per_migration=False, compare_type=True,
-            render_item=render_item,
-            on_version_apply=lambda step, **_: applied.append(step.up_revision_id or ""))
-        with context.begin_transaction():
-            context.run_migrations()
+        _migrate(context, conn, transaction_per_migration=False,
+                 on_version_apply=lambda step, **_: applied.append(step.up_revision_id or ""))
         if dangling is not None and applied:
             new = _dangling_rows(conn) - dangling
             if new:
@@ -368,10 +363,16 @@ def _run_on(context: EnvironmentContext, conn: Connection) -> None:
     when hubstore asked for it."""
     if context.config.attributes.get("hubstore_adopt"):
         _adopt(conn, ScriptDirectory.from_config(context.config))
+    _migrate(context, conn)
+
+
+def _migrate(context: EnvironmentContext, conn: Connection, **options: Any) -> None:
+    """Run the migrations on ``conn``, with the options every online run shares (batch
+    mode on SQLite; the comparison rules autogenerate and drift checks use)."""
     context.configure(
         connection=conn, target_metadata=metadata, include_object=include_object,
         render_as_batch=conn.dialect.name == "sqlite", compare_type=True,
-        render_item=render_item)
+        render_item=render_item, **options)
     with context.begin_transaction():
         context.run_migrations()
 
