@@ -305,11 +305,6 @@ class UnitOfWork(HubOperations):
                                     autoflush=True, join_transaction_mode="rollback_only")
         return self._session
 
-    @property
-    def has_listeners(self) -> bool:
-        """Whether assign status listeners are subscribed (events are built only then)."""
-        return bool(self.store.assign_listeners)
-
     def emit_assign_event(self, event: AssignEvent, job: AssignJob) -> None:
         """Queue an assign status event for the store's listeners, after the commit."""
         self.after_commit(lambda: self._announce(event, job))
