@@ -68,8 +68,11 @@ class UnitOfWork(HubOperations):
         self.store = store
         self.dialect: str = store.dialect
         self.write = write
-        #: PostgreSQL, a store method of one statement: run it in autocommit.
-        self._autocommit = single_statement and write and store.dialect == "postgresql"
+        #: A store method of one statement: run it in autocommit, the statement its own
+        #: transaction (PostgreSQL: one round trip; SQLite: no BEGIN and COMMIT calls,
+        #: when no listener watches transactions: it takes the write lock as BEGIN
+        #: IMMEDIATE would, waiting out the busy timeout).
+        self._autocommit = single_statement and write
         self._after_commit: list[Callable[[], None]] = []
         self._session: Session | None = None
         self._transaction: RootTransaction | None = None
@@ -96,12 +99,14 @@ class UnitOfWork(HubOperations):
             if self.write and source.writers is not None:
                 source.writers.acquire()
                 self._locked = True
-            conn = self._conn = source.acquire(self.write, autocommit=self._autocommit)
+            conn = self._conn = source.acquire(
+                self.write, autocommit=self._autocommit and not source.is_sqlite)
             try:
                 if source.is_sqlite and sqlite.unwatched(conn):
                     self._watched = False
                     raw: Any = conn.connection.driver_connection
-                    raw.execute(sqlite.begin_statement(self.write))
+                    if not self._autocommit:
+                        raw.execute(sqlite.begin_statement(self.write))
                     self._raw = raw
                 else:
                     self._transaction = conn.begin()
@@ -128,7 +133,7 @@ class UnitOfWork(HubOperations):
                     _reload_expired(session)
                 if self._transaction is not None:
                     self._transaction.commit()
-                else:
+                elif self._raw.in_transaction:
                     self._raw.commit()
                 committed = True
         except BaseException as error:
@@ -246,8 +251,8 @@ class UnitOfWork(HubOperations):
             transaction = self._transaction
             if transaction is not None:
                 alive = transaction.is_active
-            else:
-                alive = self._raw is None or self._raw.in_transaction
+            else:  # (a SQLite unit of work in autocommit has no transaction to lose)
+                alive = self._raw is None or self._autocommit or self._raw.in_transaction
             if alive and not (committing and self.dialect == "postgresql"
                               and self.driver.info.transaction_status.name == "INERROR"):
                 return

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event, text
 
-from hubstore import HubStore, engine
+from hubstore import HubStore, ValidationError, engine
 
 
 def _backend_pid(store: HubStore) -> int:
@@ -76,3 +76,61 @@ def test_a_report_off_the_routine_path_still_runs_in_one_transaction(
     kinds: list[Any] = [m.payload["event"] for m in store.get_messages_by_trace(job.trace_id)
                         if m.type == "event"]
     assert kinds.count("retry_scheduled") == 1
+
+
+def _driver_trace(store: HubStore) -> list[str]:
+    """The first word of every statement SQLite's driver runs on this thread's writing
+    connection (its trace callback sees BEGIN and COMMIT too)."""
+    seen: list[str] = []
+    with store.unit_of_work() as uow:  # (opens the thread's writing connection)
+        uow.driver.set_trace_callback(lambda sql: seen.append(sql.split()[0].upper()))
+    seen.clear()
+    return seen
+
+
+@pytest.mark.parametrize("call", ["register_agent", "refresh_lease", "audit_log"])
+def test_one_statement_writes_run_in_autocommit(store: HubStore, call: str) -> None:
+    """A write of one statement is its own transaction: PostgreSQL sends no BEGIN or
+    COMMIT (one round trip), SQLite's driver runs no BEGIN or COMMIT either (the
+    statement takes the write lock itself); what it wrote is committed and visible."""
+    store.register_agent("a", "codex", heartbeat_ttl_ms=1_000)
+    before = store.get_agent("a")
+    assert before is not None
+    seen = _statements(store) if store.dialect == "postgresql" else _driver_trace(store)
+    if call == "register_agent":
+        store.register_agent("b", "gemini", topics=["t"])
+    elif call == "refresh_lease":
+        store.refresh_lease("a", ttl_ms=90_000)
+    else:
+        store.audit_log("event", "a", "b", "t", payload={"n": 1})
+    expected = {"register_agent": "INSERT", "refresh_lease": "UPDATE",
+                "audit_log": "INSERT"}[call]
+    if store.dialect == "postgresql":
+        assert seen == [expected]
+    else:  # (SQLite's trace also reports the statements of triggers)
+        assert seen[0] == expected and not {"BEGIN", "COMMIT", "SAVEPOINT"} & set(seen)
+    with HubStore.open(store.engine.url) as other:  # another connection sees it at once
+        if call == "register_agent":
+            agent = other.get_agent("b")
+            assert agent is not None and agent.topics == ["t"]
+        elif call == "refresh_lease":
+            agent = other.get_agent("a")
+            assert agent is not None
+            assert agent.lease_expires_ms - agent.last_seen_ms == 90_000
+            assert agent.last_seen_ms >= before.last_seen_ms
+        else:
+            assert [m.payload for m in other.poll_for_agent("b")] == [{"n": 1}]
+
+
+def test_one_statement_writes_inside_a_unit_of_work_join_it(store: HubStore) -> None:
+    """Inside an open unit of work a one-statement write joins it: nothing of it commits
+    before the outer block, and a refused call does not spoil the outer block."""
+    store.register_agent("a", "codex")
+    with store.unit_of_work() as uow:
+        uow.audit_log("event", "a", "b", "t", payload={"n": 1})
+        with pytest.raises(ValidationError):
+            store.audit_log("event", "a", "b", "t", priority=99)
+        store.refresh_lease("a")
+        with HubStore.open(store.engine.url) as other:
+            assert other.poll_for_agent("b") == []  # nothing committed yet
+    assert [m.payload for m in store.poll_for_agent("b")] == [{"n": 1}]

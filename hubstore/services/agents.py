@@ -69,7 +69,7 @@ class AgentOps(Operations):
         topic_list = string_list(topics, "topics")
         ttl = require_duration(heartbeat_ttl_ms, "heartbeat_ttl_ms")
         meta = json_object(metadata, "metadata")
-        with self.unit_of_work() as uow:
+        with self.one_statement() as uow:  # the upsert
             now = now_ms()
             values = {
                 "agent_id": agent_id, "cli": cli, "pid": pid, "capabilities_json": caps,
@@ -89,7 +89,7 @@ class AgentOps(Operations):
         """Heartbeat: last seen now, lease now + ttl, status online."""
         require_id(agent_id, "agent_id")
         ttl = require_duration(ttl_ms, "ttl_ms")
-        with self.unit_of_work() as uow:
+        with self.one_statement() as uow:
             now = now_ms()
             _HEARTBEAT.run(uow, {"p_agent_id": agent_id, "p_now": now,
                                  "p_expires": now + ttl})

@@ -170,7 +170,7 @@ class MessageOps(Operations):
         optional_id(trace_id, "trace_id")
         optional_id(correlation_id, "correlation_id")
         require_enum(status, MESSAGE_STATUSES, "status")
-        with self.unit_of_work() as uow:
+        with self.one_statement() as uow:  # the INSERT (its triggers are part of it)
             now = now_ms()
             row = {
                 "id": uuidv7(), "type": type, "from_agent": from_agent, "to_agent": to_agent,
