@@ -309,11 +309,12 @@ class MessageLog(Base):
     """Revision 0007: every message's position in commit order (message feeds).
 
     Written only by the trigger on messages (see alembic/versions/0007_message_feed.py);
-    seq is never handed out twice (AUTOINCREMENT on SQLite, a sequence on PostgreSQL).
+    seq is never handed out twice: a sequence on PostgreSQL; on SQLite the rowid
+    (max(seq) + 1, revision 0008), and the newest row is never deleted (the prune's trim
+    keeps it as the high-water mark).
     """
 
     __tablename__ = "message_log"
-    __table_args__ = ({"sqlite_autoincrement": True},)
 
     seq: Mapped[int] = mapped_column(
         BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=False)

@@ -19,6 +19,8 @@ from sqlalchemy.engine import URL, make_url
 from hubstore import HubStore, migrations
 from hubstore.health import affinity
 from hubstore.models import metadata
+from hubstore.services.stats import counts, plain_counts
+from hubstore.types import MessageStatus
 from tests import factories
 from tests.helpers import present
 from tests.reference_ddl import (
@@ -234,6 +236,105 @@ def test_sqlite_without_drop_column_rebuilds_and_keeps_the_descending_index(
     with sqlite3.connect(tmp_path / "hub.db") as conn, sqlite3.connect(expected) as fresh:
         assert sqlite_layout(conn) == sqlite_layout(fresh)
         assert conn.execute("SELECT count(*) FROM reflexion_entries").fetchone() == (3,)
+
+
+def _log(conn: Connection) -> list[tuple[Any, ...]]:
+    return [tuple(r) for r in conn.execute(text(
+        "SELECT seq, message_id FROM message_log ORDER BY seq"))]
+
+
+def _log_sequence(conn: Connection) -> list[tuple[Any, ...]]:
+    """message_log's sqlite_sequence row (AUTOINCREMENT's high-water mark), if any."""
+    return [tuple(r) for r in conn.execute(text(
+        "SELECT seq FROM sqlite_sequence WHERE name = 'message_log'"))]
+
+
+def _log_table_sql(conn: Connection) -> str:
+    return str(conn.execute(text(
+        "SELECT sql FROM sqlite_master WHERE name = 'message_log'")).scalar_one())
+
+
+def test_round_trip_through_0007_keeps_every_log_row_and_seq(db_url: URL,
+                                                             engine: Engine) -> None:
+    """0008 rebuilds message_log on SQLite (without AUTOINCREMENT, back with it on the
+    way down): every row, every seq and the rest of the schema come back."""
+    sqlite = engine.dialect.name == "sqlite"
+    migrations.downgrade(db_url, "0007")
+    with engine.connect() as conn:
+        schema_0007 = schema_objects(conn)
+    if sqlite:  # a fresh database at 0007 has the same schema (a batch rebuild renames
+        # its copy, and SQLite quotes the new name)
+        fresh = make_url(f"sqlite:///{Path(str(db_url.database)).with_name('fresh.db')}")
+        migrations.upgrade(fresh, "0007")
+        fresh_engine = create_engine(fresh)
+        with fresh_engine.connect() as conn:
+            assert [(*o[:3], o[3] and o[3].replace('"message_log"', "message_log"))
+                    for o in schema_0007] == schema_objects(conn)
+        fresh_engine.dispose()
+    migrations.upgrade(db_url)
+    _fill_every_table(db_url)
+    with engine.connect() as conn:
+        schema, rows, log = schema_objects(conn), snapshot(conn), _log(conn)
+        if sqlite:
+            assert "AUTOINCREMENT" not in _log_table_sql(conn).upper()
+            assert _log_sequence(conn) == []
+    assert len(log) == len(rows["messages"]) == 5
+
+    migrations.downgrade(db_url, "0007")
+    with engine.connect() as conn:
+        assert _log(conn) == log and snapshot(conn) == rows
+        assert schema_objects(conn) == schema_0007
+        if sqlite:
+            assert "AUTOINCREMENT" in _log_table_sql(conn).upper()
+            assert _log_sequence(conn) == [(log[-1][0],)]
+
+    migrations.upgrade(db_url)
+    with engine.connect() as conn:
+        assert _log(conn) == log and snapshot(conn) == rows
+        assert schema_objects(conn) == schema
+    with HubStore.open(db_url) as store:  # the one-statement counter trigger counts right
+        sent: list[tuple[int, MessageStatus]] = [
+            (8, "queued"), (3, "queued"), (9, "acked"), (1, "dead_letter")]
+        for priority, status in sent:
+            store.audit_log("event", "x", "a1", "t", priority=priority, status=status)
+        with store.unit_of_work(write=False) as uow:
+            figures = counts(uow)
+            assert {k: figures[k] for k in plain_counts(uow)} == plain_counts(uow)
+        assert figures["messages"] == len(rows["messages"]) + 4
+    with engine.connect() as conn:
+        assert [seq for seq, _ in _log(conn)][len(log):] == [log[-1][0] + n
+                                                              for n in (1, 2, 3, 4)]
+
+
+def test_upgrade_to_0008_keeps_the_high_water_mark_of_a_trimmed_log(tmp_path: Path) -> None:
+    """Under 0007 prune could trim every log row: only sqlite_sequence remembered the last
+    seq. Without AUTOINCREMENT the next seq would be max(seq) + 1 = 1, behind every
+    cursor; the upgrade writes a row at sqlite_sequence's value instead."""
+    path = tmp_path / "hub.db"
+    url = make_url(f"sqlite:///{path}")
+    migrations.upgrade(url, "0007")
+    raw = sqlite3.connect(path, isolation_level=None)
+    for n in range(3):
+        raw.execute(
+            "INSERT INTO messages (id, type, from_agent, to_agent, topic, priority, "
+            "ttl_ms, created_at_ms, expires_at_ms, correlation_id, trace_id, "
+            "payload_json, status) VALUES (?, 'event', 'x', 'a1', 't', 5, 1, 1, 2, "
+            "'c', 't', '{}', 'queued')", (f"m{n}",))
+    raw.execute("DELETE FROM messages")
+    raw.execute("DELETE FROM message_log")  # what 0007's trim did
+    assert raw.execute("SELECT seq FROM sqlite_sequence WHERE name = 'message_log'"
+                       ).fetchall() == [(3,)]
+    raw.close()
+    migrations.upgrade(url)
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        assert _log(conn) == [(3, "")]
+        assert _log_sequence(conn) == []
+    engine.dispose()
+    with HubStore.open(url) as store:
+        later = store.audit_log("event", "x", "a1", "t")
+        assert [m.id for m in store.message_feed("a1", cursor="feed1:3").next(timeout_s=0)
+                ] == [later.id]
 
 
 # --- the reference's layout on disk (SQLite) -----------------------------------------

@@ -189,14 +189,51 @@ def test_prune_deletes_the_log_rows_of_pruned_messages_and_feeds_go_on(
     # resumed after message 1: message 2 was pruned, the later ones come in order
     resumed = store.message_feed("a1", cursor=cursor)
     assert [m.payload["n"] for m in resumed.next(timeout_s=0)] == [3, 4]
-    # everything pruned, the log is empty: a cursor at its old end still sees what follows
+    # everything pruned, the log keeps its newest row (the high-water mark): a cursor at
+    # its old end still sees what follows
     end = resumed.cursor
     assert store.prune_messages(0, batch_size=1000) == 2
-    assert log_rows(store) == []
+    assert log_rows(store) == [new[-1].id]
     fresh = store.message_feed("a1")
     later = store.audit_log("event", "x", "a1", "t", payload={"n": 5})
     for reader in (store.message_feed("a1", cursor=end), fresh):
         assert [m.id for m in reader.next(timeout_s=0)] == [later.id]
+
+
+def pass_time(at_ms: int) -> None:
+    """Wait until the clock is past ``at_ms`` (prune deletes what is strictly older)."""
+    while now_ms() <= at_ms:
+        time.sleep(0.001)
+
+
+def log_seqs(store: HubStore) -> list[int]:
+    with store.unit_of_work(write=False) as uow:
+        return list(uow.connection.scalars(
+            select(table_of(MessageLog).c.seq).order_by(table_of(MessageLog).c.seq)))
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 1000])
+def test_a_full_prune_keeps_the_newest_seq_so_no_cursor_skips_what_follows(
+        store: HubStore, batch_size: int) -> None:
+    """On SQLite seq is the rowid (max + 1): had the trim deleted the newest log row, the
+    next message would get a seq at or below a cursor taken before the prune, and that
+    cursor would never see it. Each round prunes everything, whatever the batch size."""
+    feed = store.message_feed("a1")
+    for round_ in range(3):
+        sent = [store.audit_log("event", "x", "a1", "t", payload={"n": n}) for n in range(3)]
+        assert [m.id for m in feed.next(timeout_s=0)] == [m.id for m in sent]
+        before = feed.cursor
+        high = log_seqs(store)[-1]
+        pass_time(sent[-1].created_at_ms)
+        assert store.prune_messages(0, batch_size=batch_size) == 3
+        assert log_seqs(store) == [high]  # only the high-water mark is left
+        later = store.audit_log("event", "x", "a1", "t", payload={"round": round_})
+        assert log_seqs(store) == [high, high + 1]
+        assert [m.id for m in store.message_feed("a1", cursor=before).next(timeout_s=0)] \
+            == [later.id]
+        assert [m.id for m in feed.next(timeout_s=0)] == [later.id]
+        pass_time(later.created_at_ms)
+        assert store.prune_messages(0, batch_size=batch_size) == 1
 
 
 def test_the_log_trim_leaves_the_rows_of_kept_messages(store: HubStore) -> None:

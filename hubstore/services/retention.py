@@ -53,6 +53,10 @@ _LOG_SCAN = (select(_log.c.seq, _messages.c.id.is_(None).label("gone"))
              .order_by(_log.c.seq)
              .limit(bindparam("p_limit", type_=Integer)))
 
+#: The newest seq, which the trim keeps (a scalar subquery of each DELETE, so a row
+#: written meanwhile by another writer cannot make it stale).
+_LOG_HEAD = select(func.max(_log.c.seq)).scalar_subquery()
+
 Progress = Callable[[int], None]
 _K = TypeVar("_K")
 
@@ -110,10 +114,13 @@ class RetentionOps(Operations):
 
         Feeds join the log to messages, so such rows only cost space; and a feed's
         position stays valid without them (seqs are never handed out again, so messages
-        written later still come after it). The oldest messages go first, and their log
-        rows are the lowest seqs: the log is read from its start, a batch at a time
-        (the primary key's range, each seq's message looked up by its key), until a
-        batch finds no row to delete.
+        written later still come after it). The newest log row is never deleted, even
+        when its message is gone: on SQLite seq is the rowid, max(seq) + 1 (revision
+        0008), and that row is the high-water mark that keeps a new message's seq above
+        every cursor. The oldest messages go first, and their log rows are the lowest
+        seqs: the log is read from its start, a batch at a time (the primary key's
+        range, each seq's message looked up by its key), until a batch finds no row to
+        delete.
         """
         after = 0
         while True:
@@ -122,7 +129,8 @@ class RetentionOps(Operations):
                     "p_after": after, "p_limit": batch_size}).all()
                 gone = [row.seq for row in rows if row.gone]
                 for chunk in _chunks(gone):
-                    uow.connection.execute(delete(_log).where(_log.c.seq.in_(chunk)))
+                    uow.connection.execute(delete(_log).where(
+                        _log.c.seq.in_(chunk), _log.c.seq < _LOG_HEAD))
             if not gone or len(rows) < batch_size:
                 return
             after = rows[-1].seq
