@@ -374,14 +374,9 @@ def test_without_a_listener_the_sqlite_fast_path_skips_the_execution_layer(
         store: HubStore, monkeypatch: pytest.MonkeyPatch) -> None:
     from sqlalchemy import Connection
 
-    through: list[str] = []
-    real = Connection.exec_driver_sql
+    from tests.helpers import record_calls
 
-    def counting(self: Connection, statement: str, *args: Any, **kwargs: Any) -> Any:
-        through.append(statement)
-        return real(self, statement, *args, **kwargs)
-
-    monkeypatch.setattr(Connection, "exec_driver_sql", counting)
+    through = record_calls(monkeypatch, Connection, "exec_driver_sql")
     store.register_agent("w", "codex")
     store.refresh_lease("w")
     store.audit_log("event", "lead", "w", "t")

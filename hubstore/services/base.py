@@ -16,6 +16,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import InvalidRequestError
 from sqlalchemy.orm.attributes import instance_state
 from sqlalchemy.sql.compiler import SQLCompiler
 
@@ -82,24 +83,41 @@ def update_row(uow: UnitOfWork, table: Table, key: str, **values: Any) -> bool:
 
 
 class Prepared:
-    """A Core statement compiled once and, on SQLite, run on the driver when no engine
-    event listener watches statements (else through SQLAlchemy's execution layer).
+    """A Core statement compiled once and run on the driver when no engine event
+    listener watches statements (else through SQLAlchemy's execution layer).
 
     On the hot paths SQLAlchemy's per-call execution layer (and its result rows) cost
-    more than SQLite's own work. The statement is still built with SQLAlchemy; values
+    more than SQLite's own work, and on PostgreSQL as much client CPU as the server
+    spends on the statement. The statement is still built with SQLAlchemy; values
     still pass through the column types' bind processors (strict JSON included), and
-    results through their result processors. Only the per-call layer is skipped. Other
-    dialects execute the statement through SQLAlchemy as usual.
+    results through their result processors. Only the per-call layer is skipped.
+
+    PostgreSQL (psycopg): the statement is compiled once for the dialect (its casts
+    included) and run on a cursor of the unit of work's psycopg connection, in its
+    transaction; psycopg still prepares it server-side after a few runs (unless the URL
+    says ``?pgbouncer=true``). Result keys and types come from the compiled statement,
+    as SQLAlchemy's result takes them, not from ``cursor.description`` (psycopg builds
+    a Column object per result column on each read of it). A driver error goes through
+    SQLAlchemy's own handling (the same wrapped error, a lost connection invalidated
+    with the pool's older ones). A statement with IN lists (post-compile parameters)
+    runs through SQLAlchemy.
     """
 
     def __init__(self, statement: Executable, table: Table | None = None) -> None:
         self.statement = statement
-        #: Where result columns take their types from (by name).
+        #: Where result columns take their types from on SQLite (by name).
         self.table = table
         self._compiled: tuple[str, list[tuple[str, Any, Any]]] | None = None
+        #: PostgreSQL: the compiled statement (None when it must run through SQLAlchemy),
+        #: once _pg_compiled.
+        self._pg: _PgPlan | None = None
+        self._pg_compiled = False
         self._readers: dict[tuple[str, ...], list[Any]] = {}
+        self._pg_readers: dict[tuple[str, ...], list[Any]] = {}
         self._plans: dict[tuple[type[Any], tuple[str, ...]],
                           tuple[list[str], list[Any], int | None]] = {}
+        self._pg_plans: dict[tuple[type[Any], tuple[str, ...]],
+                             tuple[list[str], list[Any], int | None]] = {}
 
     def _compile(self, uow: UnitOfWork) -> tuple[str, list[tuple[str, Any, Any]]]:
         dialect = uow.store.engine.dialect
@@ -136,37 +154,120 @@ class Prepared:
         return (cursor.rowcount, tuple(d[0] for d in cursor.description),
                 cursor.fetchall())
 
+    def _compile_pg(self, uow: UnitOfWork) -> _PgPlan | None:
+        """PostgreSQL: the statement compiled for psycopg, or None (run it through
+        SQLAlchemy) when its parameters need SQLAlchemy's execution layer."""
+        dialect = uow.store.engine.dialect
+        plan: _PgPlan | None = None
+        compiled = cast(SQLCompiler, cast(ClauseElement, self.statement).compile(
+            dialect=dialect))
+        if (dialect.driver == "psycopg" and not compiled.post_compile_params
+                and not compiled.escaped_bind_names and not compiled.positional):
+            params: dict[str, tuple[str, Any, Any, bool]] = {}
+            for bind, name in compiled.bind_names.items():
+                processor = bind.type.dialect_impl(dialect).bind_processor(dialect)
+                default = bind.effective_value if bind.callable else bind.value
+                params.setdefault(name, (name, processor, default, bind.required))
+            sql = str(compiled)
+            columns = [(entry[0], entry[3]) for entry in compiled._result_columns]
+            plan = _PgPlan(sql, sql.encode(), list(params.values()), columns)
+        self._pg, self._pg_compiled = plan, True
+        return plan
+
+    def _fetch(self, uow: UnitOfWork, values: dict[str, Any]
+               ) -> tuple[int, tuple[str, ...], list[Any], list[Any]] | None:
+        """Run on the driver: (rowcount, result keys, rows, result processors), or None
+        when the statement must go through SQLAlchemy (PostgreSQL, see the class)."""
+        if uow.dialect == "sqlite":
+            rowcount, names, fetched = self._execute(uow, values)
+            readers = self._readers.get(names)
+            if readers is None:
+                readers = self._readers[names] = [self._reader(uow, name)
+                                                  for name in names]
+            return rowcount, names, fetched, readers
+        plan = self._pg if self._pg_compiled else self._compile_pg(uow)
+        if plan is None or uow.statements_watched():
+            return None
+        args = {}
+        for name, process, default, required in plan.params:
+            if name in values:
+                value = values[name]
+            elif required:
+                raise InvalidRequestError(f"A value is required for bind parameter {name!r}")
+            else:
+                value = default
+            args[name] = value if process is None else process(value)
+        conn = uow.connection
+        cursor = uow.driver.cursor()
+        try:
+            cursor.execute(plan.query, args)
+        except conn.dialect.loaded_dbapi.Error as exc:
+            # SQLAlchemy's own handling: the same wrapped error as its execution layer
+            # raises, handle_error listeners told, a lost connection invalidated.
+            conn._handle_dbapi_exception(exc, plan.sql, args, cursor, None)
+        result = cursor.pgresult
+        if result is None or not result.nfields:
+            return cursor.rowcount, (), [], []
+        fetched = cursor.fetchall()
+        if plan.keys is None:
+            names, readers = self._pg_result(uow, plan, result)
+        else:
+            names = plan.keys
+            readers = self._pg_readers[names]
+        return cursor.rowcount, names, fetched, readers
+
+    def _pg_result(self, uow: UnitOfWork, plan: _PgPlan, result: Any
+                   ) -> tuple[tuple[str, ...], list[Any]]:
+        """The result keys and processors, on a statement's first run: the compiled
+        statement's columns, as SQLAlchemy's result takes them (the server's type of each
+        column decides the processor, as from ``cursor.description``)."""
+        dialect = uow.store.engine.dialect
+        count = result.nfields
+        if len(plan.columns) == count:
+            names = tuple(key for key, _ in plan.columns)
+            types = [column_type for _, column_type in plan.columns]
+        else:  # pragma: no cover - a Core statement's columns are its result's
+            names = tuple(result.fname(i).decode() for i in range(count))
+            types = [None] * count
+        readers = [None if column_type is None else
+                   column_type.dialect_impl(dialect).result_processor(dialect,
+                                                                      result.ftype(i))
+                   for i, column_type in enumerate(types)]
+        self._pg_readers[names] = readers
+        plan.keys = names
+        return names, readers
+
     def run(self, uow: UnitOfWork, values: dict[str, Any]) -> int:
         """Execute with ``values`` (keyed by bind name); the number of rows it touched."""
-        if uow.dialect != "sqlite":
+        done = self._fetch(uow, values)
+        if done is None:
             return int(uow.connection.execute(self.statement, values).rowcount)
-        return int(self._execute(uow, values)[0])
+        return int(done[0])
 
     def rows(self, uow: UnitOfWork, values: dict[str, Any]) -> list[dict[str, Any]]:
         """Execute and return every row as a dict keyed by column name."""
-        if uow.dialect != "sqlite":
+        done = self._fetch(uow, values)
+        if done is None:
             return [dict(row) for row in
                     uow.connection.execute(self.statement, values).mappings()]
-        _, names, fetched = self._execute(uow, values)
-        readers = self._readers.get(names)
-        if readers is None:
-            readers = self._readers[names] = [self._reader(uow, name) for name in names]
+        _, names, fetched, readers = done
         return [{name: value if read is None else read(value)
                  for name, read, value in zip(names, readers, row, strict=True)}
                 for row in fetched]
 
     def instances(self, uow: UnitOfWork, values: dict[str, Any], model: type[M]) -> list[M]:
         """Execute and return every row as a transient ``model`` instance (as
-        ``model.from_row`` makes it), built straight from the fetched tuples on SQLite."""
-        if uow.dialect != "sqlite":
+        ``model.from_row`` makes it), built straight from the fetched tuples."""
+        done = self._fetch(uow, values)
+        if done is None:
             return [model.from_row(row) for row in self.rows(uow, values)]
-        _, names, fetched = self._execute(uow, values)
-        plan = self._plans.get((model, names))
+        _, names, fetched, readers = done
+        plans = self._plans if uow.dialect == "sqlite" else self._pg_plans
+        plan = plans.get((model, names))
         if plan is None:
             keys = model.column_keys()
-            readers = [self._reader(uow, name) for name in names]
             key_column = model.key_column()
-            plan = self._plans[(model, names)] = (
+            plan = plans[(model, names)] = (
                 [keys[name] for name in names],
                 [(i, keys[name], read) for i, (name, read) in enumerate(
                     zip(names, readers, strict=True)) if read is not None],
@@ -206,6 +307,24 @@ class Prepared:
             # SQLite's RETURNING gives a whole REAL (0.0, 1.0) as the int it stores it as
             return _as_float
         return column_type.dialect_impl(dialect).result_processor(dialect, None)
+
+
+class _PgPlan:
+    """A statement compiled for psycopg (see Prepared)."""
+
+    __slots__ = ("columns", "keys", "params", "query", "sql")
+
+    def __init__(self, sql: str, query: bytes, params: list[tuple[str, Any, Any, bool]],
+                 columns: list[tuple[str, Any]]) -> None:
+        self.sql = sql
+        #: The text as psycopg takes it without encoding it again on each run.
+        self.query = query
+        #: (bind name, bind processor, default, required) of each parameter.
+        self.params = params
+        #: (key, type) of each result column, as the compiled statement has them.
+        self.columns = columns
+        #: The result keys, known once the statement ran (see Prepared._pg_result).
+        self.keys: tuple[str, ...] | None = None
 
 
 def _as_float(value: Any) -> float | None:
