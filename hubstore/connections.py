@@ -26,6 +26,30 @@ from sqlalchemy import Connection, Engine
 from hubstore import sqlite
 from hubstore.urls import sqlite_path
 
+#: Connection.info key (PostgreSQL): the psycopg setting acquire changed, and its value
+#: before, for release to put back.
+_CHANGED = "hubstore_changed_mode"
+
+
+def _set_mode(conn: Connection, setting: str) -> None:
+    """Turn the psycopg connection's ``setting`` (autocommit, read_only) on."""
+    driver: Any = conn.connection.driver_connection
+    before = getattr(driver, setting)
+    if before is not True:
+        conn.info[_CHANGED] = (setting, before)
+        setattr(driver, setting, True)
+
+
+def _restore_mode(conn: Connection) -> None:
+    """Undo what _set_mode changed, if the connection is still usable (an invalidated
+    one goes back to no pool)."""
+    if conn.invalidated or conn.closed:
+        return
+    changed = conn.info.pop(_CHANGED, None)
+    if changed is not None:
+        setattr(conn.connection.driver_connection, *changed)
+
+
 
 class _Kept:
     """One thread's SQLite connections (write, read), closed when the thread ends."""
@@ -71,15 +95,20 @@ class ConnectionSource:
         """A connection with no transaction; give it back with :meth:`release`.
 
         ``autocommit`` (PostgreSQL): each statement is its own transaction, for a unit
-        of work of one statement (no BEGIN, no COMMIT: one round trip). The pool resets
-        the connection when it comes back."""
+        of work of one statement (no BEGIN, no COMMIT: one round trip). A read-only one
+        is READ ONLY. Both are set on the psycopg connection itself and undone by
+        :meth:`release` before the pool gets it back (SQLAlchemy's execution options
+        and their reset at check-in took three times the CPU); a connection whose
+        setting cannot be undone is dropped."""
         self._check_fork()
         if not self.is_sqlite:
             conn = self.engine.connect()
-            if not write:
-                conn.execution_options(postgresql_readonly=True)
-            elif autocommit:
-                conn.execution_options(isolation_level="AUTOCOMMIT")
+            if not write or autocommit:
+                try:
+                    _set_mode(conn, "autocommit" if write else "read_only")
+                except BaseException:
+                    self.release(conn, write, broken=True)
+                    raise
             return conn
         kept: _Kept | None = getattr(self._local, "kept", None)
         if kept is None:
@@ -106,6 +135,11 @@ class ConnectionSource:
     def release(self, conn: Connection, write: bool, *, broken: bool = False) -> None:
         """Take a connection back after its transaction ended (``broken``: it could not
         even roll back, so it is dropped, not reused)."""
+        if not self.is_sqlite and not broken:
+            try:
+                _restore_mode(conn)
+            except Exception:  # never back to the pool in autocommit or read-only
+                broken = True
         if broken:
             with contextlib.suppress(Exception):
                 conn.invalidate()

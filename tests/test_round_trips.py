@@ -134,3 +134,36 @@ def test_one_statement_writes_inside_a_unit_of_work_join_it(store: HubStore) -> 
         with HubStore.open(store.engine.url) as other:
             assert other.poll_for_agent("b") == []  # nothing committed yet
     assert [m.payload for m in store.poll_for_agent("b")] == [{"n": 1}]
+
+
+def test_a_connection_goes_back_to_the_pool_as_it_came(
+        store: HubStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Autocommit and READ ONLY are set on the psycopg connection for one unit of work
+    and undone before the pool gets it back; one that cannot be undone is dropped."""
+    if store.dialect != "postgresql":
+        pytest.skip("SQLite keeps its own connections per thread")
+    from hubstore import connections
+
+    with store.unit_of_work() as uow:
+        driver = uow.driver
+        assert (driver.autocommit, driver.read_only) == (False, None)
+    with store.one_statement() as uow:
+        assert uow.driver is driver and driver.autocommit is True
+    with store.unit_of_work(write=False) as uow:
+        assert uow.driver is driver and (driver.autocommit, driver.read_only) == (False, True)
+    with store.unit_of_work() as uow:  # a transaction again, and writable
+        assert uow.driver is driver and (driver.autocommit, driver.read_only) == (False, None)
+        uow.register_agent("w", "codex")
+        assert driver.info.transaction_status.name == "INTRANS"
+
+    def refused(_conn: Any) -> None:
+        raise RuntimeError("cannot undo")
+
+    monkeypatch.setattr(connections, "_restore_mode", refused)
+    with store.one_statement() as uow:
+        assert uow.driver is driver
+    monkeypatch.undo()
+    with store.unit_of_work() as uow:  # dropped, never handed out in autocommit
+        assert uow.driver is not driver and uow.driver.autocommit is False
+    assert driver.closed
+    assert [a.agent_id for a in store.list_all_agents()] == ["w"]
