@@ -16,14 +16,13 @@ starts afresh.
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import weakref
 from typing import Any
 
 from sqlalchemy import Connection, Engine
 
-from hubstore import sqlite
+from hubstore import forks, sqlite
 from hubstore.urls import sqlite_path
 
 #: Connection.info key (PostgreSQL): the psycopg setting acquire changed, and its value
@@ -48,7 +47,6 @@ def _restore_mode(conn: Connection) -> None:
     changed = conn.info.pop(_CHANGED, None)
     if changed is not None:
         setattr(conn.connection.driver_connection, *changed)
-
 
 
 class _Kept:
@@ -79,14 +77,14 @@ class ConnectionSource:
         #: SQLite files only: the queue writers take turns in (None elsewhere).
         self.writers = (sqlite.WriterLock(path, busy_timeout_ms / 1000)
                         if path is not None else None)
-        self._pid = os.getpid()
+        self._fork = forks.generation()
         self._local = threading.local()
         self._all: weakref.WeakSet[_Kept] = weakref.WeakSet()
         self._guard = threading.Lock()
 
     def _check_fork(self) -> None:
-        if self._pid != os.getpid():
-            self._pid = os.getpid()
+        if self._fork != forks.generation():
+            self._fork = forks.generation()
             self._local = threading.local()
             self._all = weakref.WeakSet()
             self.engine.dispose(close=False)

@@ -23,6 +23,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine, event
 
+from hubstore import forks
 from hubstore.errors import DatabaseBusy
 
 try:  # POSIX; elsewhere SQLite's own lock orders the processes
@@ -105,12 +106,13 @@ class WriterLock:
         self.timeout_s = timeout_s
         self._threads = threading.Lock()
         self._fd: int | None = None
-        self._pid = os.getpid()
+        self._fork = forks.generation()
 
     def acquire(self) -> None:
         """Wait for this writer's turn, at most the busy timeout; else DatabaseBusy."""
-        if self._pid != os.getpid():  # a forked child: the parent's lock is not ours
-            self._threads, self._fd, self._pid = threading.Lock(), None, os.getpid()
+        if self._fork != forks.generation():  # a forked child: the parent's lock isn't ours
+            self._threads, self._fd = threading.Lock(), None
+            self._fork = forks.generation()
         deadline = time.monotonic() + self.timeout_s
         if not self._threads.acquire(timeout=self.timeout_s):
             raise self._busy("another thread of this process")
@@ -146,7 +148,7 @@ class WriterLock:
     def close(self) -> None:
         """Close the lock file's descriptor (the store is closing)."""
         fd, self._fd = self._fd, None
-        if fd is not None and self._pid == os.getpid():
+        if fd is not None and self._fork == forks.generation():
             os.close(fd)
 
     def _busy(self, holder: str) -> DatabaseBusy:
