@@ -82,7 +82,8 @@ class ConcurrentUpdate(HubStoreError):
 def snapshot(job: AssignJob) -> dict[str, Any]:
     """The job's attributes as a plain mapping (listeners get a copy made from it, the
     row as it was at that move)."""
-    return {key: getattr(job, key) for key in _COLUMNS}
+    loaded = job.__dict__  # (read past the instrumented attributes: 24 per snapshot)
+    return {key: loaded[key] if key in loaded else getattr(job, key) for key in _COLUMNS}
 
 
 def by_column(values: dict[str, Any]) -> dict[str, Any]:
@@ -211,7 +212,7 @@ class AssignOps(Operations):
         deadline = None if deadline_ms is None else as_number(deadline_ms)
         if deadline is not None:
             deadline = require_int(int(deadline), "deadline_ms")
-        with self.unit_of_work() as uow:
+        with self.one_statement() as uow:  # the INSERT ... RETURNING
             now = now_ms()
             row: dict[str, Any] = {
                 "job_id": job_id or uuidv7(),
