@@ -34,6 +34,7 @@ Create Date: 2026-12-01
 
 from collections.abc import Sequence
 
+import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0008"
@@ -50,11 +51,21 @@ def _sqlite() -> bool:
     return str(op.get_context().dialect.name) == "sqlite"
 
 
+def log_table(*, autoincrement: bool) -> sa.Table:
+    """message_log as it is before the rebuild: batch mode copies it from this instead
+    of reflecting it, so that offline (``--sql``) runs write the same SQL as online ones."""
+    return sa.Table("message_log", sa.MetaData(),
+                    sa.Column("seq", sa.Integer(), primary_key=True, nullable=False),
+                    sa.Column("message_id", sa.Text(), nullable=False),
+                    sqlite_autoincrement=autoincrement)
+
+
 def _rebuild(*, autoincrement: bool) -> None:
     """message_log rebuilt with or without AUTOINCREMENT (rows and seqs copied), and its
     trigger, which names the table, created again."""
     op.execute("DROP TRIGGER IF EXISTS trg_hub_message_log")
     with op.batch_alter_table("message_log", recreate="always",
+                              copy_from=log_table(autoincrement=not autoincrement),
                               table_kwargs={"sqlite_autoincrement": autoincrement}):
         pass
     op.execute("DELETE FROM sqlite_sequence WHERE name = 'message_log'")
