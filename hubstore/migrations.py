@@ -52,13 +52,14 @@ META_TABLE = "_meta"
 #: Legacy `_meta.schema_version` -> the revision that has exactly that layout.
 LEGACY_REVISIONS = {"3": "0001", "4": "0002"}
 V4_COLUMNS = frozenset({"type", "adaptive_state_json"})
-#: Objects that revisions 0003 to 0005 own on one dialect only; the models do not describe them.
+#: Objects that revisions 0003 to 0009 own on one dialect only; the models do not describe them.
 MIGRATION_OWNED = frozenset({
     "hub_counters", "hub_counter_deltas", "reflexion_entries_fts", "reflexion_entries_fts_data",
     "reflexion_entries_fts_idx", "reflexion_entries_fts_content",
     "reflexion_entries_fts_docsize", "reflexion_entries_fts_config",
     "ix_reflexion_pattern_trgm", "alembic_version", "sqlite_sequence",
     "ix_reflexion_project_slug",  # 0005: an expression index written per dialect
+    "queue_at_insert",  # 0009: a column of message_log on SQLite only
 })
 ADVISORY_LOCK_KEY = 0x6875_6273_746F_7265 & 0x7FFF_FFFF_FFFF_FFFF  # "hubstore"
 MIGRATION_BUSY_TIMEOUT_MS = 120_000

@@ -311,7 +311,9 @@ class MessageLog(Base):
     Written only by the trigger on messages (see alembic/versions/0007_message_feed.py);
     seq is never handed out twice: a sequence on PostgreSQL; on SQLite the rowid
     (max(seq) + 1, revision 0008), and the newest row is never deleted (the prune's trim
-    keeps it as the high-water mark).
+    keeps it as the high-water mark). On SQLite the table also has ``queue_at_insert``
+    (revision 0009: the row counts its insert in the figures), left out here like the
+    other objects of one dialect (``migrations.MIGRATION_OWNED``).
     """
 
     __tablename__ = "message_log"

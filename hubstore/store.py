@@ -50,18 +50,24 @@ def open_error(exc: Exception) -> HubStoreError:
 @dataclass(frozen=True)
 class Features:
     """Optional schema support that revisions 0003 and 0004 install where the database
-    has it: trigger-kept counters (deltas too on PostgreSQL), SQLite's FTS5 trigram index."""
+    has it: trigger-kept counters (deltas too on PostgreSQL), SQLite's FTS5 trigram index;
+    on SQLite, message inserts counted by their message_log rows (0009)."""
 
     counters: bool = False
     counter_deltas: bool = False
     reflexion_fts: bool = False
+    log_counts: bool = False
 
     @classmethod
     def detect(cls, engine: Engine) -> Features:
-        names = set(inspect(engine).get_table_names())
+        inspector = inspect(engine)
+        names = set(inspector.get_table_names())
         return cls(counters="hub_counters" in names,
                    counter_deltas="hub_counter_deltas" in names,
-                   reflexion_fts="reflexion_entries_fts" in names)
+                   reflexion_fts="reflexion_entries_fts" in names,
+                   log_counts="hub_counters" in names and "message_log" in names and any(
+                       c["name"] == "queue_at_insert"
+                       for c in inspector.get_columns("message_log")))
 
 
 class HubStore(WaitingOps, HubOperations):

@@ -23,6 +23,7 @@ from hubstore import HubStore, __version__, migrations
 from hubstore.cli import main
 from hubstore.engine import ENV_URL
 from hubstore.reflexion import lookup_solution, normalize_error
+from hubstore.services import stats
 from hubstore.testing.factories import (
     DeadLetterFactory,
     MessageFactory,
@@ -255,7 +256,7 @@ def test_backup_is_consistent_while_another_process_writes(tmp_path: Path, db_ur
         assert copy.execute("PRAGMA foreign_key_check").fetchall() == []
         messages = copy.execute("SELECT count(*) FROM messages").fetchone()[0]
         jobs = copy.execute("SELECT count(*) FROM assign_jobs").fetchone()[0]
-        counters = dict(copy.execute("SELECT name, value FROM hub_counters").fetchall())
+        counters = dict(copy.execute(str(stats.FIGURES_WITH_LOG)).fetchall())
     assert 50 <= messages <= written and jobs in (messages, messages - 1)
     assert counters["messages"] == messages and counters["assign_queued"] == jobs
     assert hubstore("db", "check", url=make_url(f"sqlite:///{dest}")).returncode == 0

@@ -17,7 +17,7 @@ from sqlalchemy import Connection, Engine, create_engine, text
 from sqlalchemy.engine import URL, make_url
 
 from hubstore import HubStore, migrations
-from hubstore.health import affinity
+from hubstore.health import affinity, figure_findings
 from hubstore.models import metadata
 from hubstore.services.stats import counts, plain_counts
 from hubstore.types import MessageStatus
@@ -256,8 +256,9 @@ def _log_table_sql(conn: Connection) -> str:
 
 def test_round_trip_through_0007_keeps_every_log_row_and_seq(db_url: URL,
                                                              engine: Engine) -> None:
-    """0008 rebuilds message_log on SQLite (without AUTOINCREMENT, back with it on the
-    way down): every row, every seq and the rest of the schema come back."""
+    """0008 and 0009 change message_log on SQLite (no AUTOINCREMENT, a column that counts
+    the inserts; undone on the way down): every row, every seq, the figures and the rest
+    of the schema come back."""
     sqlite = engine.dialect.name == "sqlite"
     migrations.downgrade(db_url, "0007")
     with engine.connect() as conn:
@@ -278,12 +279,16 @@ def test_round_trip_through_0007_keeps_every_log_row_and_seq(db_url: URL,
         if sqlite:
             assert "AUTOINCREMENT" not in _log_table_sql(conn).upper()
             assert _log_sequence(conn) == []
+            # 0009: the five inserts are counted by their log rows, not folded yet
+            assert conn.execute(text("SELECT value FROM hub_counters "
+                                     "WHERE name = 'messages'")).scalar_one() == 0
     assert len(log) == len(rows["messages"]) == 5
 
     migrations.downgrade(db_url, "0007")
     with engine.connect() as conn:
         assert _log(conn) == log and snapshot(conn) == rows
         assert schema_objects(conn) == schema_0007
+        assert figure_findings(conn) == []  # the downgrade folded what was pending
         if sqlite:
             assert "AUTOINCREMENT" in _log_table_sql(conn).upper()
             assert _log_sequence(conn) == [(log[-1][0],)]
@@ -292,7 +297,7 @@ def test_round_trip_through_0007_keeps_every_log_row_and_seq(db_url: URL,
     with engine.connect() as conn:
         assert _log(conn) == log and snapshot(conn) == rows
         assert schema_objects(conn) == schema
-    with HubStore.open(db_url) as store:  # the one-statement counter trigger counts right
+    with HubStore.open(db_url) as store:  # the figures count every insert again
         sent: list[tuple[int, MessageStatus]] = [
             (8, "queued"), (3, "queued"), (9, "acked"), (1, "dead_letter")]
         for priority, status in sent:

@@ -23,6 +23,7 @@ from sqlalchemy import Integer, bindparam, delete, func, select
 
 from hubstore.models import DeadLetter, Message, MessageInbox, MessageLog, table_of
 from hubstore.services.base import Operations, resolve_now
+from hubstore.services.stats import FOLD_LOG, LOG_FOLDED, hub_counters
 from hubstore.validation import require_int
 
 PRIORITIES = range(1, 10)  # the CHECK constraint of messages.priority
@@ -56,6 +57,10 @@ _LOG_SCAN = (select(_log.c.seq, _messages.c.id.is_(None).label("gone"))
 #: The newest seq, which the trim keeps (a scalar subquery of each DELETE, so a row
 #: written meanwhile by another writer cannot make it stale).
 _LOG_HEAD = select(func.max(_log.c.seq)).scalar_subquery()
+#: SQLite (revision 0009): the last seq whose insert is folded into hub_counters; the
+#: rows after it still count their message in the figures, so the trim keeps them.
+_LOG_FOLDED = (select(hub_counters.c.value).where(hub_counters.c.name == LOG_FOLDED)
+               .scalar_subquery())
 
 Progress = Callable[[int], None]
 _K = TypeVar("_K")
@@ -117,10 +122,12 @@ class RetentionOps(Operations):
         written later still come after it). The newest log row is never deleted, even
         when its message is gone: on SQLite seq is the rowid, max(seq) + 1 (revision
         0008), and that row is the high-water mark that keeps a new message's seq above
-        every cursor. The oldest messages go first, and their log rows are the lowest
-        seqs: the log is read from its start, a batch at a time (the primary key's
-        range, each seq's message looked up by its key), until a batch finds no row to
-        delete.
+        every cursor. On SQLite the log rows count their inserts in the figures until
+        folded into hub_counters (revision 0009): each batch folds them first, and
+        keeps any a fold has not reached. The oldest messages go first, and their
+        log rows are the lowest seqs: the log is read from its start, a batch at a time
+        (the primary key's range, each seq's message looked up by its key), until a
+        batch finds no row to delete.
         """
         after = 0
         while True:
@@ -128,9 +135,14 @@ class RetentionOps(Operations):
                 rows = uow.connection.execute(_LOG_SCAN, {
                     "p_after": after, "p_limit": batch_size}).all()
                 gone = [row.seq for row in rows if row.gone]
+                log_counts = bool(gone) and uow.store.features.log_counts
+                for statement in FOLD_LOG if log_counts else ():
+                    uow.connection.execute(statement)
                 for chunk in _chunks(gone):
-                    uow.connection.execute(delete(_log).where(
-                        _log.c.seq.in_(chunk), _log.c.seq < _LOG_HEAD))
+                    trim = delete(_log).where(_log.c.seq.in_(chunk), _log.c.seq < _LOG_HEAD)
+                    if log_counts:
+                        trim = trim.where(_log.c.seq <= _LOG_FOLDED)
+                    uow.connection.execute(trim)
             if not gone or len(rows) < batch_size:
                 return
             after = rows[-1].seq
