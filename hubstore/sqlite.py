@@ -38,6 +38,13 @@ BUSY_TIMEOUT_MS = 5000
 #: builds SQLite with: the default 2 MB made every audit-log insert re-read index pages
 #: at 100,000 messages, and reads at 1,000,000.
 CACHE_SIZE = -16000
+#: WAL pages after which a commit checkpoints (SQLite's default is 1,000). A checkpoint
+#: copies each page once however many commits rewrote it since the last one, and the
+#: pages a hub writes are mostly the same few (index leaves, the counters): measured
+#: at 100,000 messages, an audit_log went 233 -> 175 us and a heartbeat 43 -> 40 us,
+#: polls unchanged. The WAL file grows to about 40 MB (4 KiB pages) before it is
+#: reused from its start.
+WAL_AUTOCHECKPOINT = 10_000
 
 
 def configure_engine(engine: Engine, *, wal: bool, foreign_keys: bool,
@@ -53,6 +60,7 @@ def configure_engine(engine: Engine, *, wal: bool, foreign_keys: bool,
         if wal:
             cur.execute("PRAGMA journal_mode = WAL")
             cur.execute("PRAGMA synchronous = NORMAL")
+            cur.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT}")
         cur.execute(f"PRAGMA foreign_keys = {'ON' if foreign_keys else 'OFF'}")
         cur.close()
 
