@@ -35,10 +35,13 @@ def test_writing_units_of_work_begin_immediate(tmp_path: Path) -> None:
         store.engine.dispose()  # new connections, traced from their first statement
         event.listen(store.engine, "connect",
                      lambda dbapi, record: dbapi.set_trace_callback(statements.append))
-        store.register_agent("a", "codex")
+        with store.unit_of_work() as uow:
+            uow.register_agent("a", "codex")
         store.get_agent("a")
+        store.refresh_lease("a")  # one statement: autocommit, it takes the lock itself
     begins = [s for s in statements if s.startswith("BEGIN")]
     assert begins == ["BEGIN IMMEDIATE", "BEGIN DEFERRED"]
+    assert statements[-1].startswith("UPDATE agents")
 
 
 def test_a_held_write_lock_makes_a_writer_wait_not_fail(tmp_path: Path) -> None:
