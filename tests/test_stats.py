@@ -90,6 +90,25 @@ def test_counters_survive_the_references_insert_or_replace(store: HubStore, back
     _assert_counters_match(store)
 
 
+def test_assign_counters_stay_exact_through_multi_row_and_unchanged_status_updates(
+        store: HubStore) -> None:
+    """PostgreSQL counts a status change per row (revision 0010): a multi-row UPDATE, an
+    UPDATE that leaves the status alone and one that sets it to itself count right."""
+    for status in ("queued", "queued", "running", "failed", "queued"):
+        store.create_assign("lead", "w", status=status)
+    for sql in ("UPDATE assign_jobs SET status = 'running' WHERE status = 'queued'",
+                "UPDATE assign_jobs SET updated_at_ms = updated_at_ms + 1",
+                "UPDATE assign_jobs SET status = status",
+                "UPDATE assign_jobs SET status = CASE WHEN status = 'running' "
+                "THEN 'succeeded' ELSE 'queued' END"):
+        with store.unit_of_work() as uow:
+            uow.session.execute(text(sql))
+        _assert_counters_match(store)
+    with store.unit_of_work(write=False) as uow:
+        counted = counts(uow)
+    assert (counted["assign_succeeded"], counted["assign_queued"]) == (4, 1)
+
+
 def _assert_counters_match(store: HubStore) -> None:
     with store.unit_of_work(write=False) as uow:
         assert counts(uow) | {"online_agents": 0} == plain_counts(uow) | {"online_agents": 0}
