@@ -198,7 +198,11 @@ class Prepared:
                 value = default
             args[name] = value if process is None else process(value)
         conn = uow.connection
-        cursor = uow.driver.cursor()
+        driver = uow.driver
+        info = conn.info  # the pooled connection's, kept while it lives
+        cursor = info.get(_CURSOR)
+        if cursor is None or cursor.closed or cursor.connection is not driver:
+            cursor = info[_CURSOR] = driver.cursor()
         try:
             cursor.execute(plan.query, args)
         except conn.dialect.loaded_dbapi.Error as exc:
@@ -307,6 +311,11 @@ class Prepared:
             # SQLite's RETURNING gives a whole REAL (0.0, 1.0) as the int it stores it as
             return _as_float
         return column_type.dialect_impl(dialect).result_processor(dialect, None)
+
+
+#: Connection.info key: the psycopg cursor Prepared statements run on (one per
+#: connection: a new cursor per statement looked its dumpers and loaders up again).
+_CURSOR = "hubstore_cursor"
 
 
 class _PgPlan:
