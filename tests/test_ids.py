@@ -20,3 +20,32 @@ def test_layout_per_rfc_9562() -> None:
     assert value.version == 7 and value.variant == uuid.RFC_4122
     ms = value.int >> 80
     assert before <= ms <= now_ms() + 1
+
+
+def _random_bits(ids: list[str]) -> set[int]:
+    return {uuid.UUID(i).int & ((1 << 62) - 1) for i in ids}
+
+
+def test_a_forked_child_does_not_repeat_its_parents_random_bits() -> None:
+    """The random bytes are read from the OS in blocks: a forked child must not go on
+    with the parent's block, or both would make ids with the same random part."""
+    import os
+
+    uuidv7()  # the parent has a block of random bytes in hand
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - runs in the child
+        os.write(write_end, " ".join(uuidv7() for _ in range(20)).encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        child = pipe.read().split()
+    os.waitpid(pid, 0)
+    parent = [uuidv7() for _ in range(20)]
+    assert len(child) == 20
+    assert not _random_bits(child) & _random_bits(parent)
+
+
+def test_ids_keep_coming_past_a_block_of_random_bytes() -> None:
+    ids = [uuidv7() for _ in range(2_000)]  # 16,000 random bytes: several blocks
+    assert len(_random_bits(ids)) == 2_000
