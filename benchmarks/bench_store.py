@@ -1431,10 +1431,9 @@ def count_per_job(url: str, jobs: int, scratch: Path) -> dict[str, Any]:
     return per_job
 
 
-def run_claim(args: argparse.Namespace, target: Target, log: Callable[[str], None]) -> int:
-    url = target.fresh()
-    if _is_sqlite(url) and _sqlite_path(url) is None:
-        raise SystemExit("--claim needs a database that several processes can open")
+def claim_once(args: argparse.Namespace, url: str, log: Callable[[str], None]
+               ) -> dict[str, Any]:
+    """One timed claim run on the empty database at ``url``, with its checks."""
     log(f"database: {display_url(url)}; creating {args.jobs:,} jobs")
     with HubStore.open(url, auto_migrate=True) as store:
         ids = create_claim_jobs(store, args.jobs)
@@ -1442,35 +1441,66 @@ def run_claim(args: argparse.Namespace, target: Target, log: Callable[[str], Non
         reports, wall = run_claim_processes(url, args.processes)
         statuses = final_statuses(store, ids)
     claimed = [job_id for report in reports for job_id in report.job_ids]
-    errors = [f"process {r.index}: {r.error}" for r in reports if r.error]
     checks = {
         "claimed_total": len(claimed),
         "claimed_once": len(claimed) == len(set(claimed)),
         "all_claimed": len(claimed) == args.jobs and set(claimed) == set(ids),
         "all_succeeded": statuses == {"succeeded": args.jobs},
     }
-    ok = not errors and all(v for k, v in checks.items() if k != "claimed_total")
+    log(f"  {args.jobs / wall:,.1f} jobs/s")
+    return {"jobs_per_s": round(args.jobs / wall, 1), "wall_seconds": round(wall, 3),
+            "per_process": [len(r.job_ids) for r in reports], "statuses": statuses,
+            "checks": checks, "errors": [f"process {r.index}: {r.error}"
+                                         for r in reports if r.error]}
+
+
+def run_claim(args: argparse.Namespace, target: Target, log: Callable[[str], None]) -> int:
+    """``--repeat`` timed runs, each on a freshly emptied database; then the statements
+    per job of one process. Every run must claim each job exactly once."""
+    url = target.fresh()
+    if _is_sqlite(url) and _sqlite_path(url) is None:
+        raise SystemExit("--claim needs a database that several processes can open")
+    runs = []
+    for k in range(args.repeat):
+        if k:
+            url = target.fresh()
+        runs.append(claim_once(args, url, log))
+    failed = [run for run in runs
+              if run["errors"] or not all(v for n, v in run["checks"].items()
+                                          if n != "claimed_total")]
+    shown = failed[0] if failed else runs[-1]
+    errors = [f"run {k + 1}, {error}" for k, run in enumerate(runs) for error in run["errors"]]
+    ok = not failed
+    checks = shown["checks"]
     per_job = count_per_job(url, min(args.jobs, COUNTED_JOBS), target.workdir()) if ok else {}
+    rates = [run["jobs_per_s"] for run in runs]
     payload = {
         "mode": "claim",
         "url": display_url(url),
         "processes": args.processes,
         "jobs": args.jobs,
-        "jobs_per_s": round(args.jobs / wall, 1),
-        "wall_seconds": round(wall, 3),
-        "per_process": [len(r.job_ids) for r in reports],
-        "statuses": statuses,
+        "repeat": args.repeat,
+        "jobs_per_s": round(statistics.median(rates), 1),
+        "jobs_per_s_spread": spread(rates),
+        "runs": runs,
+        "wall_seconds": shown["wall_seconds"],
+        "per_process": shown["per_process"],
+        "statuses": shown["statuses"],
         "checks": checks,
         "errors": errors,
         "ok": ok,
         "per_job": per_job,
     }
-    rows = [[f"process {r.index}", f"{len(r.job_ids):,}"] for r in reports]
-    rows.append(["total", f"{len(claimed):,}"])
-    table = format_table(["claimer", "jobs"], rows)
+    rows = [[f"run {k + 1}", f"{run['jobs_per_s']:,.1f}",
+             " ".join(f"{n:,}" for n in run["per_process"]),
+             "yes" if run["checks"]["claimed_once"] and run["checks"]["all_succeeded"]
+             else "NO"] for k, run in enumerate(runs)]
+    table = format_table(["run", "jobs/s", "jobs per process", "each once"], rows)
+    rate = spread(rates)
     summary = (
-        f"{args.jobs:,} jobs, {args.processes} processes: {args.jobs / wall:,.1f} jobs/s "
-        f"({wall:.2f} s); claimed once: {checks['claimed_once']}, "
+        f"{args.jobs:,} jobs, {args.processes} processes, {args.repeat} runs: "
+        f"{rate['median']:,.1f} jobs/s median (min {rate['min']:,.1f}, max "
+        f"{rate['max']:,.1f}); claimed once: {checks['claimed_once']}, "
         f"all succeeded: {checks['all_succeeded']}"
     )
     lines = [table, "", summary, *errors]
@@ -1543,7 +1573,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_count_arg,
         default=3,
         metavar="R",
-        help="runs per workload; the median is reported (default 3)",
+        help="runs per workload (--claim: timed claim runs, each on an emptied "
+        "database); the median is reported (default 3)",
     )
     parser.add_argument(
         "--workloads",

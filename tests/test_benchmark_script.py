@@ -128,8 +128,12 @@ def test_scaling_reports_each_scale_and_what_is_kept(empty_url: URL) -> None:
 
 
 def test_claim_mode_claims_every_job_once(empty_url: URL) -> None:
-    payload = bench(empty_url, "--claim", "--processes", "2", "--jobs", "40")
+    payload = bench(empty_url, "--claim", "--processes", "2", "--jobs", "40", "--repeat", "2")
     assert payload["ok"] is True, payload["errors"]
+    rates = [run["jobs_per_s"] for run in payload["runs"]]
+    assert len(rates) == 2 and all(run["checks"]["claimed_once"] for run in payload["runs"])
+    assert payload["jobs_per_s_spread"] == {"min": min(rates), "max": max(rates),
+                                            "median": payload["jobs_per_s"]}
     assert payload["checks"] == {
         "claimed_total": 40, "claimed_once": True, "all_claimed": True, "all_succeeded": True,
     }
