@@ -87,6 +87,8 @@ class UnitOfWork(HubOperations):
         self._failure: BaseException | None = None
         #: ``write`` of each nested block now open (the outermost block's first).
         self._frames: list[bool] = []
+        #: SQLite in autocommit: whether its one statement has run (see ``driver``).
+        self._ran = False
 
     # -- the outermost block ---------------------------------------------------------
 
@@ -278,6 +280,8 @@ class UnitOfWork(HubOperations):
         """The SQLAlchemy Connection, in this unit of work's transaction (when that was
         begun on the driver, SQLAlchemy's transaction joins it now)."""
         if self._transaction is None and self._raw is not None:
+            if self._autocommit and not self._raw.in_transaction:
+                self._one_statement_ran()  # (SQLAlchemy's BEGIN: the rest is atomic)
             try:
                 self._transaction = self._conn.begin()  # no second BEGIN (sqlite.py)
             except BaseException as exc:
@@ -286,9 +290,37 @@ class UnitOfWork(HubOperations):
 
     @property
     def driver(self) -> Any:
-        """The DBAPI connection under ``connection``."""
+        """The DBAPI connection under ``connection``.
+
+        A one-statement unit of work on SQLite runs in autocommit: a second statement
+        would commit apart from the first, so asking for the driver again raises
+        (call :meth:`begin` first where a method needs more than one statement)."""
         raw = self._raw
-        return raw if raw is not None else self._conn.connection.driver_connection
+        if raw is None:
+            return self._conn.connection.driver_connection
+        if self._autocommit and not raw.in_transaction:
+            self._one_statement_ran()
+        return raw
+
+    def begin(self) -> None:
+        """Begin the transaction now, in a one-statement unit of work that needs more
+        than one statement on this dialect (elsewhere the transaction is open already)."""
+        raw = self._raw
+        if self._autocommit and raw is not None and not raw.in_transaction:
+            if self._ran:
+                raise RuntimeError("begin() after this unit of work's one statement ran")
+            try:
+                raw.execute(sqlite.begin_statement(self.write))
+            except BaseException as exc:
+                raise self._translated(exc) from exc
+
+    def _one_statement_ran(self) -> None:
+        if self._ran:
+            raise RuntimeError(
+                "a one-statement unit of work (store.one_statement()) ran a second "
+                "statement; on SQLite it runs in autocommit, so the two would commit "
+                "apart: call uow.begin() before the first, or use unit_of_work()")
+        self._ran = True
 
     def statements_watched(self) -> bool:
         """Whether an engine event listener (or echo) watches statements: then the hot

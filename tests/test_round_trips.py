@@ -167,3 +167,40 @@ def test_a_connection_goes_back_to_the_pool_as_it_came(
         assert uow.driver is not driver and uow.driver.autocommit is False
     assert driver.closed
     assert [a.agent_id for a in store.list_all_agents()] == ["w"]
+
+
+def test_the_routine_finish_is_one_transaction_on_sqlite(store: HubStore) -> None:
+    """SQLite's finish is two statements (the update, then its event): they commit
+    together, though the report runs as a one-statement unit of work elsewhere."""
+    if store.dialect != "sqlite":
+        pytest.skip("PostgreSQL's finish is one statement (the claim test above)")
+    store.assign_async("lead", "w", task="one", max_retries=0)
+    job = store.claim_next_assign("w")
+    assert job is not None
+    seen = _driver_trace(store)
+    store.report_assign_result(job.job_id, "succeeded", worker_agent="w",
+                               attempt=job.attempt, result={"n": 1})
+    top = [word for k, word in enumerate(seen) if k == 0 or word != seen[k - 1]]
+    assert top == ["BEGIN", "UPDATE", "INSERT", "COMMIT"]
+
+
+def test_a_second_statement_of_a_one_statement_unit_of_work_is_refused(
+        store: HubStore) -> None:
+    """On SQLite a one-statement unit of work runs in autocommit: a second statement
+    would commit apart from the first, so it is refused (the second runs not at all),
+    unless the unit of work began its transaction first."""
+    if store.dialect != "sqlite":
+        pytest.skip("the autocommit guard is SQLite's")
+    store.register_agent("a", "codex")
+    with pytest.raises(RuntimeError, match="second statement"), \
+            store.one_statement() as uow:
+        uow.refresh_lease("a", ttl_ms=5_000)
+        uow.update_agent_topics("a", ["never"])
+    agent = store.get_agent("a")
+    assert agent is not None and agent.topics == []
+    with store.one_statement() as uow:
+        uow.begin()
+        uow.refresh_lease("a", ttl_ms=5_000)
+        uow.update_agent_topics("a", ["both"])
+    agent = store.get_agent("a")
+    assert agent is not None and agent.topics == ["both"]

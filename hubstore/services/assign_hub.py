@@ -214,7 +214,8 @@ def finish_routine(uow: UnitOfWork, job_id: str, target: str, worker_agent: str 
     written) when the report needs the general path."""
     values = {"p_job_id": job_id, "p_worker": worker_agent or None, "p_attempt": attempt,
               "p_status": target, "p_result": result, "p_error": error, "p_now": now_ms()}
-    if uow.dialect != "postgresql":
+    if uow.dialect != "postgresql":  # two statements here: the update, then the event
+        uow.begin()
         done = _FINISH[target].instance(uow, values, AssignJob)
         if done is None:
             return None
