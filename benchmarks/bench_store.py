@@ -1330,6 +1330,22 @@ def run_claim_processes(url: str, processes: int) -> tuple[list[ClaimReport], fl
     return sorted(reports, key=lambda r: r.index), wall
 
 
+def sqlite_commits(statements: Sequence[str]) -> int:
+    """Commits in a SQLite statement trace: each COMMIT, and each write run outside a
+    transaction (autocommit: the statement commits itself)."""
+    commits, open_transaction = 0, False
+    for statement in statements:
+        word = statement.split(None, 1)[0].upper() if statement.strip() else ""
+        if word == "BEGIN":
+            open_transaction = True
+        elif word in ("COMMIT", "END", "ROLLBACK"):
+            commits += word != "ROLLBACK"
+            open_transaction = False
+        elif not open_transaction and word not in ("SELECT", "PRAGMA", "SAVEPOINT"):
+            commits += 1
+    return commits
+
+
 class StatementCounter:
     """Counts what one process sends to the database, below SQLAlchemy.
 
@@ -1339,7 +1355,8 @@ class StatementCounter:
     that says the server is idle again after statements ends a transaction (a COMMIT or
     an autocommit statement: the commits, rolled-back transactions included). SQLite:
     sqlite3's trace callback, one call per statement the library runs (BEGIN and COMMIT
-    included, trigger bodies not); SQLite has no round trips (it runs in the process).
+    included, trigger bodies not; a write outside a transaction is a commit of its own);
+    SQLite has no round trips (it runs in the process).
     Only pool "connect" listeners are added: no execution event listener, so the store
     runs the same code paths as in the timed run.
     """
@@ -1382,8 +1399,7 @@ class StatementCounter:
     def totals(self) -> dict[str, int]:
         if self.dialect == "sqlite":
             executed = [s for s in self.sqlite_statements if not s.startswith("--")]
-            ended = sum(1 for s in executed if s.strip().upper() == "COMMIT")
-            return {"statements": len(executed), "commits": ended}
+            return {"statements": len(executed), "commits": sqlite_commits(executed)}
         statements = round_trips = commits = 0
         for conn, path, handle in self.traced:
             if not conn.closed:
