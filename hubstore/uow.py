@@ -294,7 +294,7 @@ class UnitOfWork(HubOperations):
 
         A one-statement unit of work on SQLite runs in autocommit: a second statement
         would commit apart from the first, so asking for the driver again raises
-        (call :meth:`begin` first where a method needs more than one statement)."""
+        HubStoreError (call :meth:`begin` first where a method needs more than one statement)."""
         raw = self._raw
         if raw is None:
             return self._conn.connection.driver_connection
@@ -308,7 +308,7 @@ class UnitOfWork(HubOperations):
         raw = self._raw
         if self._autocommit and raw is not None and not raw.in_transaction:
             if self._ran:
-                raise RuntimeError("begin() after this unit of work's one statement ran")
+                raise HubStoreError("begin() after this unit of work's one statement ran")
             try:
                 raw.execute(sqlite.begin_statement(self.write))
             except BaseException as exc:
@@ -316,7 +316,7 @@ class UnitOfWork(HubOperations):
 
     def _one_statement_ran(self) -> None:
         if self._ran:
-            raise RuntimeError(
+            raise HubStoreError(
                 "a one-statement unit of work (store.one_statement()) ran a second "
                 "statement; on SQLite it runs in autocommit, so the two would commit "
                 "apart: call uow.begin() before the first, or use unit_of_work()")

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy import event, text
 
-from hubstore import HubStore, ValidationError, engine
+from hubstore import HubStore, HubStoreError, ValidationError, engine
 
 
 def _backend_pid(store: HubStore) -> int:
@@ -192,7 +192,7 @@ def test_a_second_statement_of_a_one_statement_unit_of_work_is_refused(
     if store.dialect != "sqlite":
         pytest.skip("the autocommit guard is SQLite's")
     store.register_agent("a", "codex")
-    with pytest.raises(RuntimeError, match="second statement"), \
+    with pytest.raises(HubStoreError, match="second statement"), \
             store.one_statement() as uow:
         uow.refresh_lease("a", ttl_ms=5_000)
         uow.update_agent_topics("a", ["never"])
