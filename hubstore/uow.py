@@ -209,7 +209,13 @@ class UnitOfWork(HubOperations):
         its rollback (nothing was written in it) makes read-write again. One round trip
         each way."""
         if self.dialect == "sqlite":
-            self.driver.execute(f"PRAGMA query_only = {1 if on else 0}")
+            raw = self._raw
+            if on and self._autocommit and raw is not None and not (
+                    raw.in_transaction or self._ran):
+                self.begin()  # (a one-statement unit of work with a nested block: BEGIN
+                # IMMEDIATE before query_only, and the rest of it one transaction)
+            driver = raw if raw is not None else self.driver  # (a pragma: not counted)
+            driver.execute(f"PRAGMA query_only = {1 if on else 0}")
         elif on:
             self.driver.execute("SAVEPOINT hubstore_read_only; SET TRANSACTION READ ONLY")
         elif self.driver.info.transaction_status.name != "IDLE":  # (a failed Session
@@ -307,8 +313,7 @@ class UnitOfWork(HubOperations):
         than one statement on this dialect (elsewhere the transaction is open already)."""
         raw = self._raw
         if self._autocommit and raw is not None and not raw.in_transaction:
-            if self._ran:
-                raise HubStoreError("begin() after this unit of work's one statement ran")
+            self._one_statement_ran()  # (refused after the one statement: too late)
             try:
                 raw.execute(sqlite.begin_statement(self.write))
             except BaseException as exc:

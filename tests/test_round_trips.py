@@ -199,8 +199,18 @@ def test_a_second_statement_of_a_one_statement_unit_of_work_is_refused(
     agent = store.get_agent("a")
     assert agent is not None and agent.topics == []
     with store.one_statement() as uow:
+        with store.unit_of_work(write=False):  # a read-only block's pragmas are no write
+            assert store.get_agent("a") is not None
+        uow.refresh_lease("a", ttl_ms=6_000)  # the one statement, still allowed
+    agent = store.get_agent("a")
+    assert agent is not None and agent.lease_expires_ms - agent.last_seen_ms == 6_000
+    with store.one_statement() as uow:
         uow.begin()
         uow.refresh_lease("a", ttl_ms=5_000)
         uow.update_agent_topics("a", ["both"])
     agent = store.get_agent("a")
     assert agent is not None and agent.topics == ["both"]
+    with pytest.raises(HubStoreError, match="second statement"), \
+            store.one_statement() as uow:
+        uow.refresh_lease("a")
+        uow.begin()  # too late: the one statement has committed
