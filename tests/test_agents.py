@@ -49,6 +49,28 @@ def test_refresh_lease_moves_the_lease_and_revives(store: HubStore) -> None:
     assert agent.lease_expires_ms == lease.lease_expires_ms == lease.server_time_ms + 5_000
 
 
+@pytest.mark.parametrize("status", ["online", "stale", "offline"])
+def test_refresh_lease_from_every_status(store: HubStore, status: str) -> None:
+    """An online agent's heartbeat skips the status column; a stale or offline one is
+    revived all the same, and its other columns are left alone."""
+    AgentFactory.create(agent_id="a", status=status, lease_expires_ms=1, last_seen_ms=1,
+                        topics=["t.keep"])
+    AgentFactory.create(agent_id="b", status=status, lease_expires_ms=1, last_seen_ms=1)
+    lease = store.refresh_lease("a", ttl_ms=7_000)
+    agent = present(store.get_agent("a"))
+    assert (agent.status, agent.topics) == ("online", ["t.keep"])
+    assert agent.last_seen_ms == lease.server_time_ms
+    assert agent.lease_expires_ms == lease.server_time_ms + 7_000
+    other = present(store.get_agent("b"))  # only the named agent moved
+    assert (other.status, other.last_seen_ms, other.lease_expires_ms) == (status, 1, 1)
+
+
+def test_refresh_lease_of_an_unknown_agent_creates_nothing(store: HubStore) -> None:
+    lease = store.refresh_lease("ghost", ttl_ms=1_000)
+    assert lease.agent_id == "ghost"
+    assert store.get_agent("ghost") is None and store.list_all_agents() == []
+
+
 def test_update_topics_and_status_report_whether_a_row_changed(store: HubStore) -> None:
     AgentFactory.create(agent_id="a", topics=["old"])
     assert store.update_agent_topics("a", ["t.1", "t.2"]) is True

@@ -15,6 +15,7 @@ from hubstore.results import Lease
 from hubstore.services.base import (
     Operations,
     Prepared,
+    const,
     natural_order,
     resolve_now,
     update_row,
@@ -41,6 +42,12 @@ _HEARTBEAT = Prepared(
     update(_agents).where(_agents.c.agent_id == bindparam("p_agent_id"))
     .values(last_seen_ms=bindparam("p_now"), lease_expires_ms=bindparam("p_expires"),
             status="online"))
+# An online agent's heartbeat leaves status out of SET, so SQLite does not rewrite the
+# agent's entry in idx_agents_status (a fifth of a heartbeat's time there).
+_HEARTBEAT_ONLINE = Prepared(
+    update(_agents).where(_agents.c.agent_id == bindparam("p_agent_id"),
+                          _agents.c.status == const("online"))
+    .values(last_seen_ms=bindparam("p_now"), lease_expires_ms=bindparam("p_expires")))
 _REGISTER_COLUMNS = ("cli", "pid", "capabilities_json", "topics_json", "last_seen_ms",
                      "lease_expires_ms", "status", "metadata_json")
 
@@ -91,8 +98,11 @@ class AgentOps(Operations):
         ttl = require_duration(ttl_ms, "ttl_ms")
         with self.one_statement() as uow:
             now = now_ms()
-            _HEARTBEAT.run(uow, {"p_agent_id": agent_id, "p_now": now,
-                                 "p_expires": now + ttl})
+            values = {"p_agent_id": agent_id, "p_now": now, "p_expires": now + ttl}
+            online = _HEARTBEAT_ONLINE.run(uow, values)
+        if not online:  # stale, offline or unknown: the heartbeat that sets the status
+            with self.one_statement() as uow:
+                _HEARTBEAT.run(uow, values)
         return Lease(agent_id, None, now + ttl, now)
 
     def update_agent_topics(self, agent_id: str, topics: Iterable[str]) -> bool:
