@@ -120,6 +120,28 @@ def test_create_clamps_like_the_reference(store: HubStore) -> None:
         assert row(store, job.job_id) == job.to_dict()
 
 
+def test_create_returns_the_row_as_stored_and_keeps_no_caller_value(
+        store: HubStore) -> None:
+    """The job handed back is the row as the database holds it, type for type (SQLite
+    reads it back from what it bound, PostgreSQL from RETURNING), and it shares no
+    object with the caller's arguments."""
+    payload: dict[str, Any] = {"f": [1e16, -0.0, 0.5, 2**62], "s": "ü\u2028", "n": None,
+                               "t": (1, "two")}
+    result = {"ok": True, "items": [{"a": 1}]}
+    job = store.create_assign("lead", "w1", payload=payload, result=result, error=["e"],
+                              deadline_ms=2**62, priority=8, task="x" * 5_000)
+    payload["f"].append("later")
+    result["items"][0]["a"] = 2
+    stored = store.get_assign(job.job_id)
+    assert stored is not None
+    for key, value in stored.to_dict().items():
+        got = getattr(job, key)
+        assert type(got) is type(value) and got == value, key
+    assert job.payload == {"f": [1e16, 0.0, 0.5, 2**62], "s": "ü\u2028", "n": None,
+                           "t": [1, "two"]}
+    assert job.result == {"ok": True, "items": [{"a": 1}]}
+
+
 def test_create_sets_times_that_match_its_status(store: HubStore) -> None:
     running = store.create_assign("lead", "w1", status="running")
     assert running.started_at_ms == running.created_at_ms

@@ -55,8 +55,9 @@ _BY_ID = select(_jobs).where(_jobs.c.job_id == bindparam("p_job_id"))
 _SELECT = Prepared(_BY_ID, _jobs)
 # SQLite renders no FOR UPDATE: its write lock serves.
 _LOCK = Prepared(_BY_ID.with_for_update(), _jobs)
-_INSERT = Prepared(insert(_jobs).values({c.name: bindparam(c.name) for c in _jobs.c})
-                   .returning(*_jobs.c), _jobs)
+_INSERT_ROW = insert(_jobs).values({c.name: bindparam(c.name) for c in _jobs.c})
+_INSERT = Prepared(_INSERT_ROW.returning(*_jobs.c), _jobs)
+_INSERT_SQLITE = Prepared(_INSERT_ROW, _jobs)  # (Prepared.inserted reads the row back)
 _GUARDS = frozenset({"p_job_id", "p_status", "p_attempt"})
 
 
@@ -235,7 +236,10 @@ class AssignOps(Operations):
                 "completed_at_ms": now if status in rules.TERMINAL else None,
                 "last_retry_at_ms": now if retries > 0 else None,
             }
-            [job] = _INSERT.instances(uow, by_column(row), AssignJob)
+            if uow.dialect == "sqlite":
+                job = _INSERT_SQLITE.inserted(uow, by_column(row), AssignJob)
+            else:  # (JSONB's own form of the values, as the server stored them)
+                [job] = _INSERT.instances(uow, by_column(row), AssignJob)
             announce(uow, job)
             return job
 
