@@ -103,7 +103,7 @@ class ConnectionSource:
             conn = self.engine.connect()
             if not write or autocommit:
                 try:
-                    _set_mode(conn, "autocommit" if write else "read_only")
+                    _set_mode(conn, "autocommit" if autocommit else "read_only")
                 except BaseException:
                     self.release(conn, write, broken=True)
                     raise

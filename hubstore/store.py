@@ -162,6 +162,15 @@ class HubStore(WaitingOps, HubOperations):
             return current.savepoint(True)
         return UnitOfWork(self, single_statement=True)
 
+    def one_read(self) -> AbstractContextManager[UnitOfWork]:
+        """A reading unit of work for a store method that runs one SELECT: in
+        autocommit on both dialects, the statement its own snapshot (no BEGIN or COMMIT;
+        PostgreSQL: one round trip). Inside an open unit of work it joins it."""
+        current = self.current_uow.get()
+        if current is not None:
+            return current.savepoint(False)
+        return UnitOfWork(self, write=False, single_statement=True)
+
     def on_assign_status_change(self, listener: AssignListener) -> Callable[[], None]:
         """Call ``listener(event, job)`` after each committed assign status change.
 

@@ -72,7 +72,7 @@ class UnitOfWork(HubOperations):
         #: transaction (PostgreSQL: one round trip; SQLite: no BEGIN and COMMIT calls,
         #: when no listener watches transactions: it takes the write lock as BEGIN
         #: IMMEDIATE would, waiting out the busy timeout).
-        self._autocommit = single_statement and write
+        self._autocommit = single_statement
         self._after_commit: list[Callable[[], None]] = []
         self._session: Session | None = None
         self._transaction: RootTransaction | None = None
@@ -322,7 +322,7 @@ class UnitOfWork(HubOperations):
     def _one_statement_ran(self) -> None:
         if self._ran:
             raise HubStoreError(
-                "a one-statement unit of work (store.one_statement()) ran a second "
+                "a one-statement unit of work (one_statement() or one_read()) ran a second "
                 "statement; on SQLite it runs in autocommit, so the two would commit "
                 "apart: call uow.begin() before the first, or use unit_of_work()")
         self._ran = True

@@ -307,7 +307,7 @@ METHODS: dict[str, dict[str, str]] = {
                      "next.timeout_s": "timeout", "next.max_messages": "feed_batch"},
 }
 #: Public methods that take no data (they manage the store itself).
-NOT_CALLED = {"unit_of_work", "one_statement", "change_watcher", "close_waiters"}
+NOT_CALLED = {"unit_of_work", "one_statement", "one_read", "change_watcher", "close_waiters"}
 
 _PATCH_KINDS = {
     "assign_patch": (AssignPatch, {

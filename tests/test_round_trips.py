@@ -122,6 +122,69 @@ def test_one_statement_writes_run_in_autocommit(store: HubStore, call: str) -> N
             assert [m.payload for m in other.poll_for_agent("b")] == [{"n": 1}]
 
 
+def _read_trace(store: HubStore) -> list[str]:
+    """The first word of every statement on this thread's reading SQLite connection."""
+    seen: list[str] = []
+    with store.unit_of_work(write=False) as uow:
+        uow.driver.set_trace_callback(lambda sql: seen.append(sql.split()[0].upper()))
+    seen.clear()
+    return seen
+
+
+@pytest.mark.parametrize("call", ["get_assign", "find_reflexion", "poll_topics",
+                                  "poll_own_topics"])
+def test_one_select_reads_run_in_autocommit(store: HubStore, call: str) -> None:
+    """A read of one SELECT is its own snapshot: no BEGIN or COMMIT on either dialect
+    (PostgreSQL: one round trip), and it sees what was committed before it."""
+    job = store.create_assign("lead", "w", task="t")
+    store.add_reflexion("TypeError: x is undefined", "x is undefined", "check x")
+    store.register_agent("w", "codex", topics=["t.a"])
+    store.audit_log("event", "lead", "topic:t.a", "t.a", payload={"n": 1})
+    seen = _statements(store) if store.dialect == "postgresql" else _read_trace(store)
+    if call == "get_assign":
+        got = store.get_assign(job.job_id)
+        assert got is not None and got.to_dict() == job.to_dict()
+        expected = ["SELECT"]
+    elif call == "find_reflexion":
+        [entry] = store.find_reflexion("TypeError: x is undefined")
+        assert entry.solution == "check x"
+        expected = ["SELECT"]
+    else:
+        topics = ["t.a"] if call == "poll_topics" else None
+        [message] = store.poll_for_agent("w", include_topics=topics)
+        assert message.payload == {"n": 1}
+        expected = ["SELECT"] if topics else ["SELECT", "SELECT"]  # (its topics first)
+    if store.dialect == "postgresql":
+        assert seen == expected
+    else:
+        assert [word for word in seen if word != "WITH"] == expected, seen
+
+
+def test_one_select_reads_inside_a_unit_of_work_see_its_writes(store: HubStore) -> None:
+    with store.unit_of_work() as uow:
+        job = uow.create_assign("lead", "w", task="t")
+        got = store.get_assign(job.job_id)  # joins: the uncommitted row is there
+        assert got is not None and got.status == "queued"
+        uow.add_reflexion("TypeError: y is undefined", "y is undefined", "check y")
+        assert [e.solution for e in store.find_reflexion("TypeError: y is undefined")] == [
+            "check y"]
+    with pytest.raises(ValidationError), store.unit_of_work():
+        store.create_assign("lead", "w", task="gone", job_id="gone")
+        assert store.get_assign("gone") is not None
+        store.create_assign("", "w")  # refused: the block rolls back
+    assert store.get_assign("gone") is None
+
+
+def test_a_second_statement_of_a_one_select_read_is_refused(store: HubStore) -> None:
+    if store.dialect != "sqlite":
+        pytest.skip("the autocommit guard is SQLite's")
+    store.register_agent("a", "codex")
+    with pytest.raises(HubStoreError, match="second statement"), \
+            store.one_read() as uow:
+        assert uow.get_assign("none") is None
+        uow.get_assign("again")
+
+
 def test_one_statement_writes_inside_a_unit_of_work_join_it(store: HubStore) -> None:
     """Inside an open unit of work a one-statement write joins it: nothing of it commits
     before the outer block, and a refused call does not spoil the outer block."""

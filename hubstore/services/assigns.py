@@ -246,7 +246,7 @@ class AssignOps(Operations):
     def get_assign(self, job_id: str) -> AssignJob | None:
         """The job, or None."""
         lookup_key(job_id, "job_id")
-        with self.unit_of_work(write=False) as uow:
+        with self.one_read() as uow:
             return _SELECT.instance(uow, {"p_job_id": job_id}, AssignJob)
 
     def update_assign_status(self, job_id: str, status: AssignStatus,

@@ -43,6 +43,11 @@ class Operations:
         store runs it in autocommit on PostgreSQL); elsewhere the same as unit_of_work()."""
         return self.unit_of_work()
 
+    def one_read(self) -> AbstractContextManager[UnitOfWork]:
+        """The unit of work of a method that reads with exactly one SELECT (the store
+        runs it in autocommit); elsewhere the same as unit_of_work(write=False)."""
+        return self.unit_of_work(write=False)
+
 
 def upsert(dialect: str, table: Table) -> Any:
     """The dialect's INSERT, which offers ON CONFLICT."""

@@ -231,9 +231,11 @@ class MessageOps(Operations):
         require_id(agent_id, "agent_id")
         limit = clamp_poll_limit(max_messages)
         wanted = string_list(include_topics, "include_topics") if include_topics else []
-        with self.unit_of_work(write=False) as uow:
-            topics = feed_topics(uow, agent_id, wanted)
-            return poll_messages(uow, agent_id, limit, topics)
+        if not wanted:  # the agent's own topics, read first (a SELECT of its own)
+            with self.one_read() as uow:
+                wanted = feed_topics(uow, agent_id, wanted)
+        with self.one_read() as uow:
+            return poll_messages(uow, agent_id, limit, list(dict.fromkeys(wanted)))
 
     def get_audit_messages_for_agent(self, agent_id: str, max_messages: object = DEFAULT_POLL,
                                      include_topics: Iterable[str] | None = None

@@ -311,7 +311,7 @@ class ReflexionOps(Operations):
         filters = check_context_filter(context)
         signature = tuple((key, _kind(value)) for key, value in filters.items())
         needle = first_utf16_units(error_pattern, NEEDLE_UTF16_UNITS)
-        with self.unit_of_work(write=False) as uow:
+        with self.one_read() as uow:  # the exact SELECT
             params: dict[str, Any] = {"p_pattern": error_pattern}
             if uow.dialect == "postgresql":  # JSONB compares JSON values
                 params.update((f"p_value_{i}", dumps(v)) for i, v in enumerate(filters.values()))
@@ -324,8 +324,9 @@ class ReflexionOps(Operations):
             trigram = uow.store.features.reflexion_fts and len(needle) >= 3
             exact, contains = find_statements(uow.dialect, signature, trigram)
             found = exact.instances(uow, params, ReflexionEntry)
-            if found or not substring:
-                return found
+        if found or not substring:
+            return found
+        with self.one_read() as uow:  # no exact match: the substring SELECT
             return contains.instances(uow, params, ReflexionEntry)
 
     def update_reflexion_hit(self, id: str, success: bool = False) -> ReflexionEntry | None:
