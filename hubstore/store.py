@@ -157,19 +157,19 @@ class HubStore(WaitingOps, HubOperations):
         """A writing unit of work for a store method that runs one statement: on
         PostgreSQL in autocommit, the statement its own transaction (one round trip, no
         BEGIN or COMMIT). Inside an open unit of work it joins it, as unit_of_work()."""
-        current = self.current_uow.get()
-        if current is not None:
-            return current.savepoint(True)
-        return UnitOfWork(self, single_statement=True)
+        return self._single_statement(write=True)
 
     def one_read(self) -> AbstractContextManager[UnitOfWork]:
         """A reading unit of work for a store method that runs one SELECT: in
         autocommit on both dialects, the statement its own snapshot (no BEGIN or COMMIT;
         PostgreSQL: one round trip). Inside an open unit of work it joins it."""
+        return self._single_statement(write=False)
+
+    def _single_statement(self, *, write: bool) -> AbstractContextManager[UnitOfWork]:
         current = self.current_uow.get()
         if current is not None:
-            return current.savepoint(False)
-        return UnitOfWork(self, write=False, single_statement=True)
+            return current.savepoint(write)
+        return UnitOfWork(self, write=write, single_statement=True)
 
     def on_assign_status_change(self, listener: AssignListener) -> Callable[[], None]:
         """Call ``listener(event, job)`` after each committed assign status change.

@@ -231,11 +231,12 @@ class MessageOps(Operations):
         require_id(agent_id, "agent_id")
         limit = clamp_poll_limit(max_messages)
         wanted = string_list(include_topics, "include_topics") if include_topics else []
-        if not wanted:  # the agent's own topics, read first (a SELECT of its own)
+        topics = list(dict.fromkeys(wanted))
+        if not topics:  # the agent's own topics, read first (a SELECT of its own)
             with self.one_read() as uow:
-                wanted = feed_topics(uow, agent_id, wanted)
+                topics = feed_topics(uow, agent_id, [])
         with self.one_read() as uow:
-            return poll_messages(uow, agent_id, limit, list(dict.fromkeys(wanted)))
+            return poll_messages(uow, agent_id, limit, topics)
 
     def get_audit_messages_for_agent(self, agent_id: str, max_messages: object = DEFAULT_POLL,
                                      include_topics: Iterable[str] | None = None
