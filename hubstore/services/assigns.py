@@ -3,6 +3,8 @@
 Every move locks the row (SELECT ... FOR UPDATE on PostgreSQL; SQLite's writing units
 of work hold the database write lock from BEGIN IMMEDIATE), checks the transition table,
 and writes with a compare-and-set UPDATE guarded by the status and attempt it read.
+The routine moves of update_assign_status skip the read: one UPDATE whose WHERE names the
+statuses they start from and whose SET computes what the rules write (``_direct_move``).
 
 Rows are read and written with Core statements built once, and handed out as transient
 ``AssignJob`` instances (``from_row``): on SQLite every write holds the one database
@@ -16,13 +18,25 @@ import functools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Unpack
 
-from sqlalchemy import bindparam, insert, select, update
+from sqlalchemy import (
+    BigInteger,
+    BindParameter,
+    ColumnElement,
+    and_,
+    bindparam,
+    case,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
 
 from hubstore import assign_rules as rules
 from hubstore.errors import HubStoreError, ValidationError
 from hubstore.ids import now_ms, uuidv7
 from hubstore.models import ASSIGN_STATUSES, AssignJob, table_of
-from hubstore.services.base import Operations, Prepared
+from hubstore.services.base import Operations, Prepared, const
 from hubstore.types import AssignPatch, AssignStatus
 from hubstore.validation import (
     INT64_MAX,
@@ -59,6 +73,7 @@ _INSERT_ROW = insert(_jobs).values({c.name: bindparam(c.name) for c in _jobs.c})
 _INSERT = Prepared(_INSERT_ROW.returning(*_jobs.c), _jobs)
 _INSERT_SQLITE = Prepared(_INSERT_ROW, _jobs)  # (Prepared.inserted reads the row back)
 _GUARDS = frozenset({"p_job_id", "p_status", "p_attempt"})
+_DIRECT_TARGETS = frozenset({"running", *rules.TERMINAL})
 
 
 @functools.cache
@@ -70,6 +85,67 @@ def _cas(columns: frozenset[str]) -> Prepared:
                    _jobs.c.status == bindparam("p_status"),
                    _jobs.c.attempt == bindparam("p_attempt"))
             .values({name: bindparam(name) for name in sorted(columns)})
+            .returning(*_jobs.c))
+    return Prepared(stmt, _jobs)
+
+
+#: Patch fields a one-statement move can write as given (no rule reads them).
+_PLAIN_PATCH = frozenset({"result", "error", "last_message_id"})
+_now: BindParameter[int] = bindparam("p_now", type_=BigInteger)
+
+
+def _unset(column: ColumnElement[Any]) -> ColumnElement[bool]:
+    """The rules' ``not value``: a time that is NULL or 0."""
+    return or_(column.is_(None), column == 0)
+
+
+def _kept_by_rules(dialect: str) -> list[ColumnElement[bool]]:
+    """Where next_values would rewrite none of the columns a patch does not name: the
+    counters and durations are whole numbers already in their ranges, the payload is
+    not JSON null, and the times are NULL or whole numbers (SQLite keeps any type)."""
+    c = _jobs.c
+    guards = [c.attempt >= 1, c.retry_count >= 0, c.max_retries >= 0,
+              c.priority.between(1, 9),
+              c.timeout_ms.between(rules.MIN_TIMEOUT_MS, rules.MAX_TIMEOUT_MS),
+              c.ttl_ms.between(rules.MIN_TIMEOUT_MS, rules.MAX_TIMEOUT_MS)]
+    if dialect == "sqlite":
+        guards += [func.typeof(column) == const("integer") for column in
+                   (c.attempt, c.retry_count, c.max_retries, c.priority, c.timeout_ms,
+                    c.ttl_ms)]
+        guards += [or_(column.is_(None), func.typeof(column) == const("integer"))
+                   for column in (c.deadline_ms, c.started_at_ms, c.completed_at_ms)]
+        guards.append(func.trim(c.payload_json, func.char(32, 9, 10, 13)) != const("null"))
+    else:
+        guards.append(func.jsonb_typeof(c.payload_json) != const("null"))
+    return guards
+
+
+@functools.cache
+def _direct_move(dialect: str, target: str, fields: frozenset[str]) -> Prepared:
+    """A status move in one guarded UPDATE, for the common case: the job moves from
+    queued (to running) or from an active status (to a terminal one), its row is one the
+    rules leave as it is, and the patch names only fields written as given. The SET
+    computes what move() writes. Anything else matches no row and takes move()."""
+    c = _jobs.c
+    values: dict[str, Any] = {"status": const(target), "updated_at_ms": _now}
+    if target == "running":
+        sources: list[ColumnElement[bool]] = [c.status == const("queued")]
+        values["deadline_ms"] = case((_unset(c.deadline_ms), _now + c.timeout_ms),
+                                     else_=c.deadline_ms)
+        values["started_at_ms"] = case((_unset(c.started_at_ms), _now),
+                                       else_=c.started_at_ms)
+    else:
+        sources = [c.status == const(status) for status in rules.ACTIVE]
+        values["deadline_ms"] = None
+        values["completed_at_ms"] = case((_unset(c.completed_at_ms), _now),
+                                         else_=c.completed_at_ms)
+    for name in sorted(fields):
+        column = _jobs.c[_NAME_OF[name]]
+        values[column.name] = bindparam(name, type_=column.type)
+    stmt = (update(_jobs)
+            .where(c.job_id == bindparam("p_job_id"), or_(*sources),
+                   and_(*_kept_by_rules(dialect)))
+            .values(values)
             .returning(*_jobs.c))
     return Prepared(stmt, _jobs)
 
@@ -257,6 +333,15 @@ class AssignOps(Operations):
         require_enum(status, ASSIGN_STATUSES, "status")
         changes = dict(patch)
         check_patch_values(changes)
+        if status in _DIRECT_TARGETS and _PLAIN_PATCH.issuperset(changes):
+            with self.one_statement() as uow:
+                direct = _direct_move(uow.dialect, status, frozenset(changes))
+                job = direct.instance(uow, {"p_job_id": job_id, "p_now": now_ms(), **changes},
+                                      AssignJob)
+                if job is not None:
+                    announce(uow, job)
+                    return job
+        # Anything the one statement does not cover (it changed nothing): lock and move.
         with self.unit_of_work() as uow:
             job = lock_job(uow, job_id)
             return None if job is None else move(uow, job, status, changes)
