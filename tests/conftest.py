@@ -21,6 +21,7 @@ from sqlalchemy.engine import URL, make_url
 
 from hubstore import HubStore, migrations
 from hubstore.testing import factories
+from tests.helpers import Heard
 
 PG_ADMIN = os.environ.get("HUBSTORE_TEST_PG",
                           "postgresql+psycopg://postgres@127.0.0.1:5432/test")
@@ -137,3 +138,12 @@ def fixture_pairs() -> list[tuple[Path, Path]]:
     if not FIXTURES.is_dir():
         return []
     return [(db, db.with_suffix(".json")) for db in sorted(FIXTURES.glob("*.db"))]
+
+
+@pytest.fixture
+def heard(store: HubStore) -> Iterator[Heard]:
+    """Every (event, job) the store's status listeners are told about."""
+    events: Heard = []
+    unsubscribe = store.on_assign_status_change(lambda event, job: events.append((event, job)))
+    yield events
+    unsubscribe()

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
+if TYPE_CHECKING:
+    from hubstore.models import AssignJob
+    from hubstore.types import AssignEvent
+
 T = TypeVar("T")
+#: What the assign status listeners were told: (event, job) per status change.
+Heard = list[tuple["AssignEvent", "AssignJob"]]
 
 
 def present(value: T | None) -> T:

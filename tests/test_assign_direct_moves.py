@@ -13,16 +13,16 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from hubstore import HubStore
 from hubstore.errors import IllegalTransition
 from hubstore.models import AssignJob
 from hubstore.services import assigns
 from tests.factories import AssignJobFactory, bind, unbind
+from tests.helpers import Heard
 
 NOW = 1_800_000_000_000
-Heard = list[tuple[dict[str, Any], AssignJob]]
 
 
 @pytest.fixture
@@ -30,14 +30,6 @@ def factories(store: HubStore) -> Iterator[None]:
     bind(store)
     yield
     unbind()
-
-
-@pytest.fixture
-def heard(store: HubStore) -> Iterator[Heard]:
-    events: Heard = []
-    unsubscribe = store.on_assign_status_change(lambda event, job: events.append((event, job)))
-    yield events
-    unsubscribe()
 
 
 @pytest.fixture
@@ -54,7 +46,6 @@ def _driver_trace(store: HubStore) -> list[str]:
 
 
 def _pg_statements(store: HubStore) -> list[str]:
-    from sqlalchemy import event
     seen: list[str] = []
     event.listen(store.engine, "before_cursor_execute",
                  lambda _c, _cur, statement, *_: seen.append(statement.split()[0].upper()))

@@ -7,7 +7,7 @@ database of its own.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, cast
 
 import pytest
@@ -28,23 +28,14 @@ from hubstore.models import AssignJob, Message
 from hubstore.services.assigns import ConcurrentUpdate, lock_job, move
 from hubstore.types import AssignEvent, AssignStatus
 from tests.factories import AssignJobFactory
+from tests.helpers import Heard
 
-Heard = list[tuple[AssignEvent, AssignJob]]
 TIMED_OUT_ERROR = {"message": "assign job timed out"}
 SNAPSHOT_KEYS = {
     "job_id", "supervisor_agent", "worker_agent", "topic", "task", "status", "attempt",
     "retry_count", "max_retries", "timeout_ms", "deadline_ms", "trace_id", "correlation_id",
     "last_message_id", "result", "error", "updated_at_ms", "completed_at_ms",
 }
-
-
-@pytest.fixture
-def heard(store: HubStore) -> Iterator[Heard]:
-    """Every (event, job) the store's status listeners are told about."""
-    events: Heard = []
-    unsubscribe = store.on_assign_status_change(lambda event, job: events.append((event, job)))
-    yield events
-    unsubscribe()
 
 
 def statuses(heard: Heard) -> list[tuple[str, str, int]]:
