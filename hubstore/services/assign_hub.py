@@ -7,13 +7,11 @@ import inspect
 from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import (
-    BigInteger,
     BindParameter,
     Integer,
     Text,
     Update,
     bindparam,
-    case,
     func,
     insert,
     literal_column,
@@ -35,11 +33,14 @@ from hubstore.jsontype import MAX_JSON_DEPTH
 from hubstore.models import AssignJob, Message, table_of
 from hubstore.results import AssignOutcome
 from hubstore.services.assigns import (
+    NOW,
     AssignOps,
     announce,
     lock_job,
     move,
     retry,
+    running_times,
+    terminal_times,
     write_guarded,
 )
 from hubstore.services.base import Operations, Prepared, const, resolve_now
@@ -122,7 +123,6 @@ def finish(uow: UnitOfWork, job: AssignJob, target: str, patch: dict[str, Any],
 
 
 _c = _jobs.c
-_now: BindParameter[int] = bindparam("p_now", type_=BigInteger)
 #: The worker's next queued job, locked; PostgreSQL skips rows that other claimers hold
 #: (SQLite renders no FOR UPDATE: the claim runs under its database write lock).
 _NEXT_QUEUED = (
@@ -136,11 +136,7 @@ _NEXT_QUEUED = (
 _CLAIM = Prepared(
     update(_jobs)
     .where(_c.job_id == _NEXT_QUEUED.scalar_subquery(), _c.status == const("queued"))
-    .values(status="running", updated_at_ms=_now,
-            started_at_ms=case((or_(_c.started_at_ms.is_(None), _c.started_at_ms == 0), _now),
-                               else_=_c.started_at_ms),
-            deadline_ms=case((or_(_c.deadline_ms.is_(None), _c.deadline_ms == 0),
-                              _now + _c.timeout_ms), else_=_c.deadline_ms))
+    .values(status="running", updated_at_ms=NOW, **running_times())
     .returning(*_c), _jobs)
 
 
@@ -162,10 +158,7 @@ def _finish_statement(retryable: bool) -> Prepared:
         .values(status=bindparam("p_status"),
                 result_json=bindparam("p_result", type_=_c.result_json.type),
                 error_json=bindparam("p_error", type_=_c.error_json.type),
-                deadline_ms=None, updated_at_ms=_now,
-                completed_at_ms=case((or_(_c.completed_at_ms.is_(None),
-                                          _c.completed_at_ms == 0), _now),
-                                     else_=_c.completed_at_ms))
+                updated_at_ms=NOW, **terminal_times())
         .returning(*_c), _jobs)
 
 
@@ -195,7 +188,7 @@ def _finish_with_event(retryable: bool) -> Prepared:
          "status"],
         select(bindparam("m_id", type_=Text), literal_column("'event'"), d.worker_agent,
                d.supervisor_agent, literal_column(f"'{EVENT_TOPIC}'"),
-               func.greatest(5, d.priority), d.ttl_ms, _now, _now + d.ttl_ms,
+               func.greatest(5, d.priority), d.ttl_ms, NOW, NOW + d.ttl_ms,
                func.coalesce(func.nullif(d.correlation_id, ""), bindparam("m_corr")),
                func.coalesce(func.nullif(d.trace_id, ""), bindparam("m_trace")),
                _snapshot_json(done), literal_column("'queued'"))

@@ -91,12 +91,31 @@ def _cas(columns: frozenset[str]) -> Prepared:
 
 #: Patch fields a one-statement move can write as given (no rule reads them).
 _PLAIN_PATCH = frozenset({"result", "error", "last_message_id"})
-_now: BindParameter[int] = bindparam("p_now", type_=BigInteger)
+#: The time of a move, bound once per statement.
+NOW: BindParameter[int] = bindparam("p_now", type_=BigInteger)
 
 
 def _unset(column: ColumnElement[Any]) -> ColumnElement[bool]:
     """The rules' ``not value``: a time that is NULL or 0."""
     return or_(column.is_(None), column == 0)
+
+
+def running_times() -> dict[str, Any]:
+    """What next_values writes, as SQL, when a job becomes running: started now unless
+    it has a start time, and the deadline now + timeout unless it has one."""
+    c = _jobs.c
+    return {"started_at_ms": case((_unset(c.started_at_ms), NOW), else_=c.started_at_ms),
+            "deadline_ms": case((_unset(c.deadline_ms), NOW + c.timeout_ms),
+                                else_=c.deadline_ms)}
+
+
+def terminal_times() -> dict[str, Any]:
+    """What next_values writes, as SQL, when a job becomes terminal: no deadline, and
+    completed now unless it has a completion time."""
+    c = _jobs.c
+    return {"deadline_ms": None,
+            "completed_at_ms": case((_unset(c.completed_at_ms), NOW),
+                                    else_=c.completed_at_ms)}
 
 
 def _kept_by_rules(dialect: str) -> list[ColumnElement[bool]]:
@@ -127,18 +146,13 @@ def _direct_move(dialect: str, target: str, fields: frozenset[str]) -> Prepared:
     rules leave as it is, and the patch names only fields written as given. The SET
     computes what move() writes. Anything else matches no row and takes move()."""
     c = _jobs.c
-    values: dict[str, Any] = {"status": const(target), "updated_at_ms": _now}
+    values: dict[str, Any] = {"status": const(target), "updated_at_ms": NOW}
     if target == "running":
         sources: list[ColumnElement[bool]] = [c.status == const("queued")]
-        values["deadline_ms"] = case((_unset(c.deadline_ms), _now + c.timeout_ms),
-                                     else_=c.deadline_ms)
-        values["started_at_ms"] = case((_unset(c.started_at_ms), _now),
-                                       else_=c.started_at_ms)
+        values.update(running_times())
     else:
         sources = [c.status == const(status) for status in rules.ACTIVE]
-        values["deadline_ms"] = None
-        values["completed_at_ms"] = case((_unset(c.completed_at_ms), _now),
-                                         else_=c.completed_at_ms)
+        values.update(terminal_times())
     for name in sorted(fields):
         column = _jobs.c[_NAME_OF[name]]
         values[column.name] = bindparam(name, type_=column.type)
