@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
+from sqlalchemy import event
 
 if TYPE_CHECKING:
+    from hubstore import HubStore
     from hubstore.models import AssignJob
     from hubstore.types import AssignEvent
 
@@ -33,3 +35,26 @@ def record_calls(monkeypatch: pytest.MonkeyPatch, owner: type, name: str) -> lis
 
     monkeypatch.setattr(owner, name, recording)
     return calls
+
+
+def _first_word(seen: list[str]) -> Any:
+    return lambda sql: seen.append(sql.split()[0].upper())
+
+
+def engine_statements(store: HubStore) -> list[str]:
+    """The first word of every statement the store's engine runs from now on (a
+    ``before_cursor_execute`` listener, so statements take SQLAlchemy's layer)."""
+    seen: list[str] = []
+    event.listen(store.engine, "before_cursor_execute",
+                 lambda _c, _cur, statement, *_: _first_word(seen)(statement))
+    return seen
+
+
+def driver_trace(store: HubStore, *, write: bool = True) -> list[str]:
+    """The first word of every statement SQLite's driver runs from now on on this
+    thread's writing (or reading) connection; its trace sees BEGIN and COMMIT too."""
+    seen: list[str] = []
+    with store.unit_of_work(write=write) as uow:  # (opens the thread's connection)
+        uow.driver.set_trace_callback(_first_word(seen))
+    seen.clear()
+    return seen

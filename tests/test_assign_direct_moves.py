@@ -13,14 +13,14 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import text
 
 from hubstore import HubStore
 from hubstore.errors import IllegalTransition
 from hubstore.models import AssignJob
 from hubstore.services import assigns
 from tests.factories import AssignJobFactory, bind, unbind
-from tests.helpers import Heard
+from tests.helpers import Heard, driver_trace, engine_statements
 
 NOW = 1_800_000_000_000
 
@@ -35,21 +35,6 @@ def factories(store: HubStore) -> Iterator[None]:
 @pytest.fixture
 def frozen(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(assigns, "now_ms", lambda: NOW)
-
-
-def _driver_trace(store: HubStore) -> list[str]:
-    seen: list[str] = []
-    with store.unit_of_work() as uow:  # (opens the thread's writing connection)
-        uow.driver.set_trace_callback(lambda sql: seen.append(sql.split()[0].upper()))
-    seen.clear()
-    return seen
-
-
-def _pg_statements(store: HubStore) -> list[str]:
-    seen: list[str] = []
-    event.listen(store.engine, "before_cursor_execute",
-                 lambda _c, _cur, statement, *_: seen.append(statement.split()[0].upper()))
-    return seen
 
 
 def _twins(store: HubStore, **fields: Any) -> tuple[str, str]:
@@ -172,7 +157,7 @@ def test_a_patch_the_rules_read_moves_as_the_general_path_moves_it(
 def test_a_routine_move_is_one_statement_without_begin_or_commit(
         store: HubStore, factories: None, target: str, patch: dict[str, Any]) -> None:
     AssignJobFactory.create(job_id="j", status="queued")
-    seen = _pg_statements(store) if store.dialect == "postgresql" else _driver_trace(store)
+    seen = engine_statements(store) if store.dialect == "postgresql" else driver_trace(store)
     moved = store.update_assign_status("j", target, **patch)  # type: ignore[arg-type]
     assert moved is not None and moved.status == target
     if store.dialect == "postgresql":

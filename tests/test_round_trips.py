@@ -7,21 +7,15 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import text
 
 from hubstore import HubStore, HubStoreError, ValidationError, engine
+from tests.helpers import driver_trace, engine_statements
 
 
 def _backend_pid(store: HubStore) -> int:
     with store.unit_of_work(write=False) as uow:
         return int(uow.connection.scalar(text("SELECT pg_backend_pid()")))
-
-
-def _statements(store: HubStore) -> list[str]:
-    seen: list[str] = []
-    event.listen(store.engine, "before_cursor_execute",
-                 lambda _c, _cur, statement, *_: seen.append(statement.split()[0].upper()))
-    return seen
 
 
 def test_an_idle_connection_killed_by_the_server_is_replaced_unseen(
@@ -43,7 +37,7 @@ def test_an_idle_connection_killed_by_the_server_is_replaced_unseen(
 def test_claim_and_finish_are_one_statement_each_without_begin_or_commit(
         store: HubStore) -> None:
     store.assign_async("lead", "w", task="one", max_retries=0)
-    seen = _statements(store)
+    seen = engine_statements(store)
     job = store.claim_next_assign("w")
     assert job is not None and job.status == "running"
     outcome = store.report_assign_result(job.job_id, "succeeded", worker_agent="w",
@@ -78,16 +72,6 @@ def test_a_report_off_the_routine_path_still_runs_in_one_transaction(
     assert kinds.count("retry_scheduled") == 1
 
 
-def _driver_trace(store: HubStore) -> list[str]:
-    """The first word of every statement SQLite's driver runs on this thread's writing
-    connection (its trace callback sees BEGIN and COMMIT too)."""
-    seen: list[str] = []
-    with store.unit_of_work() as uow:  # (opens the thread's writing connection)
-        uow.driver.set_trace_callback(lambda sql: seen.append(sql.split()[0].upper()))
-    seen.clear()
-    return seen
-
-
 @pytest.mark.parametrize("call", ["register_agent", "refresh_lease", "audit_log"])
 def test_one_statement_writes_run_in_autocommit(store: HubStore, call: str) -> None:
     """A write of one statement is its own transaction: PostgreSQL sends no BEGIN or
@@ -96,7 +80,7 @@ def test_one_statement_writes_run_in_autocommit(store: HubStore, call: str) -> N
     store.register_agent("a", "codex", heartbeat_ttl_ms=1_000)
     before = store.get_agent("a")
     assert before is not None
-    seen = _statements(store) if store.dialect == "postgresql" else _driver_trace(store)
+    seen = engine_statements(store) if store.dialect == "postgresql" else driver_trace(store)
     if call == "register_agent":
         store.register_agent("b", "gemini", topics=["t"])
     elif call == "refresh_lease":
@@ -122,15 +106,6 @@ def test_one_statement_writes_run_in_autocommit(store: HubStore, call: str) -> N
             assert [m.payload for m in other.poll_for_agent("b")] == [{"n": 1}]
 
 
-def _read_trace(store: HubStore) -> list[str]:
-    """The first word of every statement on this thread's reading SQLite connection."""
-    seen: list[str] = []
-    with store.unit_of_work(write=False) as uow:
-        uow.driver.set_trace_callback(lambda sql: seen.append(sql.split()[0].upper()))
-    seen.clear()
-    return seen
-
-
 @pytest.mark.parametrize("call", ["get_assign", "find_reflexion", "poll_topics",
                                   "poll_own_topics"])
 def test_one_select_reads_run_in_autocommit(store: HubStore, call: str) -> None:
@@ -140,7 +115,8 @@ def test_one_select_reads_run_in_autocommit(store: HubStore, call: str) -> None:
     store.add_reflexion("TypeError: x is undefined", "x is undefined", "check x")
     store.register_agent("w", "codex", topics=["t.a"])
     store.audit_log("event", "lead", "topic:t.a", "t.a", payload={"n": 1})
-    seen = _statements(store) if store.dialect == "postgresql" else _read_trace(store)
+    seen = (engine_statements(store) if store.dialect == "postgresql"
+            else driver_trace(store, write=False))
     if call == "get_assign":
         got = store.get_assign(job.job_id)
         assert got is not None and got.to_dict() == job.to_dict()
@@ -240,7 +216,7 @@ def test_the_routine_finish_is_one_transaction_on_sqlite(store: HubStore) -> Non
     store.assign_async("lead", "w", task="one", max_retries=0)
     job = store.claim_next_assign("w")
     assert job is not None
-    seen = _driver_trace(store)
+    seen = driver_trace(store)
     store.report_assign_result(job.job_id, "succeeded", worker_agent="w",
                                attempt=job.attempt, result={"n": 1})
     top = [word for k, word in enumerate(seen) if k == 0 or word != seen[k - 1]]

@@ -73,7 +73,6 @@ _INSERT_ROW = insert(_jobs).values({c.name: bindparam(c.name) for c in _jobs.c})
 _INSERT = Prepared(_INSERT_ROW.returning(*_jobs.c), _jobs)
 _INSERT_SQLITE = Prepared(_INSERT_ROW, _jobs)  # (Prepared.inserted reads the row back)
 _GUARDS = frozenset({"p_job_id", "p_status", "p_attempt"})
-_DIRECT_TARGETS = frozenset({"running", *rules.TERMINAL})
 
 
 @functools.cache
@@ -89,7 +88,9 @@ def _cas(columns: frozenset[str]) -> Prepared:
     return Prepared(stmt, _jobs)
 
 
-#: Patch fields a one-statement move can write as given (no rule reads them).
+#: The moves _direct_move makes, and the patch fields it writes as given (no rule
+#: reads them).
+_DIRECT_TARGETS = frozenset({"running", *rules.TERMINAL})
 _PLAIN_PATCH = frozenset({"result", "error", "last_message_id"})
 #: The time of a move, bound once per statement.
 NOW: BindParameter[int] = bindparam("p_now", type_=BigInteger)
@@ -154,7 +155,7 @@ def _direct_move(dialect: str, target: str, fields: frozenset[str]) -> Prepared:
         sources = [c.status == const(status) for status in rules.ACTIVE]
         values.update(terminal_times())
     for name in sorted(fields):
-        column = _jobs.c[_NAME_OF[name]]
+        column = c[_NAME_OF[name]]
         values[column.name] = bindparam(name, type_=column.type)
     stmt = (update(_jobs)
             .where(c.job_id == bindparam("p_job_id"), or_(*sources),
