@@ -6,12 +6,8 @@ and a cross-check against the real 10.17.4 store run through node.
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -25,13 +21,9 @@ from hubstore import HubStore, ValidationError
 from hubstore.ids import now_ms
 from hubstore.models import ReflexionEntry
 from hubstore.services.reflexion import list_statement
-from tests.conftest import SHARED
 from tests.factories import ReflexionEntryFactory
 from tests.helpers import present
-
-HERE = Path(__file__).resolve().parent
-DRIVER = HERE / "reference_reflexion.mjs"
-REFERENCE_SETUP = SHARED / "reference" / "setup.sh"
+from tests.reference_runner import reference_hub, run_reference
 
 
 def ids(entries: list[ReflexionEntry]) -> list[str]:
@@ -232,28 +224,6 @@ def test_patch_and_delete_roll_back_with_their_unit_of_work(store: HubStore) -> 
 
 
 # --- the same calls on triflux 10.17.4's own store (node) -----------------------------
-
-def reference_hub() -> Path:
-    """A runnable copy of the 10.17.4 store, cached in the temp folder between runs."""
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.skip("node and npm are needed to run the reference store")
-    if not REFERENCE_SETUP.is_file():
-        pytest.skip(f"no reference stores at {REFERENCE_SETUP.parent}")
-    dest = Path(tempfile.gettempdir()) / f"hubstore-reference-10.17.4-{os.getuid()}"
-    done = subprocess.run(["bash", str(REFERENCE_SETUP), str(dest), "10.17.4"],
-                          capture_output=True, text=True, timeout=600, check=False)
-    if done.returncode != 0:
-        pytest.skip(f"setup.sh could not make the reference store: {done.stderr.strip()}")
-    return Path(done.stdout.strip().splitlines()[-1])
-
-
-def run_reference(hub: Path, db: Path, calls: list[list[Any]]) -> list[Any]:
-    done = subprocess.run(["node", str(DRIVER), str(hub), str(db)], input=json.dumps(calls),
-                          capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 0, done.stderr
-    results: list[Any] = json.loads(done.stdout)
-    return results
-
 
 SEED: list[dict[str, Any]] = [
     {"error_pattern": "a", "confidence": 0.5, "updated_at_ms": 100,

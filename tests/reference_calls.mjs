@@ -1,11 +1,11 @@
-// Runs reflexion calls on a reference hub store and prints what each returned.
+// Runs store calls on a reference hub store and prints what each returned.
 //
-//   node tests/reference_reflexion.mjs HUB_DIR DB_PATH < calls.json > results.json
+//   node tests/reference_calls.mjs HUB_DIR DB_PATH < calls.json > results.json
 //
 // HUB_DIR is a reference store's hub/ folder (../shared/reference/setup.sh DIR 10.17.4).
-// calls.json is an array of [name, ...arguments] with names of the store's methods
-// (addReflexion, getReflexion, listReflexion, patchReflexion, deleteReflexion); the
-// output is the array of their return values, in order (undefined as null).
+// calls.json is an array of [name, ...arguments] with names of the store's methods (the
+// reflexion calls and the message calls in `allowed`); the output is the array of their
+// return values, in order (undefined as null).
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { pathToFileURL } from "node:url";
@@ -15,12 +15,13 @@ const { createStore } = await import(pathToFileURL(join(hubDir, "store.mjs")).hr
 const calls = JSON.parse(readFileSync(0, "utf8"));
 const allowed = new Set([
   "addReflexion", "getReflexion", "listReflexion", "patchReflexion", "deleteReflexion",
+  "auditLog", "getMessage", "pollForAgent", "sweepExpired", "getDeadLetters",
 ]);
 const store = createStore(dbPath);
 const results = [];
 try {
   for (const [name, ...args] of calls) {
-    if (!allowed.has(name)) throw new Error(`not a reflexion call: ${name}`);
+    if (!allowed.has(name)) throw new Error(`not an allowed call: ${name}`);
     const value = store[name](...args);
     results.push(value === undefined ? null : value);
   }
