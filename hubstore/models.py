@@ -143,10 +143,13 @@ class Message(Base):
         CheckConstraint("priority BETWEEN 1 AND 9", name="priority"),
         CheckConstraint(_in("status", MESSAGE_STATUSES), name="status"),
         Index("idx_messages_status", "status"),
-        Index("idx_messages_to_agent", "to_agent", "status"),
+        # The reference's names, with hubstore's definitions since revision 0011: the
+        # poll's direct branch, newest first, and the expiry sweep's queued messages.
+        Index("idx_messages_to_agent", "to_agent", "created_at_ms", "id"),
         Index("idx_messages_correlation", "correlation_id"),
         Index("idx_messages_trace", "trace_id"),
-        Index("idx_messages_expires", "expires_at_ms"),
+        Index("idx_messages_expires", "expires_at_ms",
+              sqlite_where=text("status = 'queued'"), postgresql_where=text("status = 'queued'")),
     )
 
     id: Mapped[str] = mapped_column(Text, primary_key=True)
@@ -336,7 +339,8 @@ class HubMeta(Base):
     value: Mapped[str | None] = mapped_column(Text)
 
 
-# Revision 0003: indexes that make polling, the figures and claiming index-backed.
+# Revision 0003: indexes that make polling, the figures and claiming index-backed (its
+# to_agent and queued-expiry ones became the two redefined above, in revision 0011).
 # Partial-index predicates are constant SQL; queries repeat them literally.
 #: Messages sent to a topic. The poll query repeats this predicate (services/messages.py),
 #: so that the planner can use the partial index.
@@ -344,11 +348,8 @@ TOPIC_FEED_WHERE = "substr(to_agent, 1, 6) = 'topic:'"
 _TOPIC_FEED = text(TOPIC_FEED_WHERE)
 _QUEUED = text("status = 'queued'")
 _ACKED = text("status = 'acked'")
-Index("ix_messages_to_agent_created", Message.to_agent, Message.created_at_ms, Message.id)
 Index("ix_messages_topic_feed", Message.topic, Message.created_at_ms, Message.id,
       sqlite_where=_TOPIC_FEED, postgresql_where=_TOPIC_FEED)
-Index("ix_messages_queued_expires", Message.expires_at_ms,
-      sqlite_where=_QUEUED, postgresql_where=_QUEUED)
 Index("ix_messages_acked_created", Message.created_at_ms,
       sqlite_where=_ACKED, postgresql_where=_ACKED)
 Index("ix_assign_jobs_claim", AssignJob.worker_agent, AssignJob.priority.desc(),

@@ -114,10 +114,10 @@ def test_sqlite_plans_use_the_indexes(tmp_path: Path) -> None:
     store = HubStore.open(f"sqlite:///{tmp_path / 'hub.db'}", auto_migrate=True)
     try:
         poll = plan(_poll_statement(2))
-        assert "ix_messages_to_agent_created" in poll and "ix_messages_topic_feed" in poll
+        assert "idx_messages_to_agent" in poll and "ix_messages_topic_feed" in poll
         assert "SCAN messages" not in poll
         many = plan(_many_topics_statement("sqlite"))  # more than UNION_TOPICS topics
-        assert "ix_messages_to_agent_created" in many and "ix_messages_topic_feed" in many
+        assert "idx_messages_to_agent" in many and "ix_messages_topic_feed" in many
         assert "SCAN messages" not in many
         assert "ix_assign_jobs_claim" in plan(_CLAIM)
     finally:

@@ -162,3 +162,34 @@ def test_postgresql_fold_vacuums_the_rows_it_deleted(store: HubStore, backend: s
         assert uow.connection.scalar(size) == 0
     assert figures["total_messages"] == 300
     assert store.get_hub_stats() == figures
+
+
+def test_expiry_sweep_reads_one_range_of_the_queued_index(store: HubStore, backend: str) -> None:
+    """sweep_expired reads the partial idx_messages_expires (queued messages only, since
+    revision 0011): no scan, and no walk over messages that expired long ago."""
+    from hubstore.services.stats import expire_queued
+
+    with store.unit_of_work(write=False) as uow:
+        sql = str(expire_queued(backend, 90_000_000).compile(
+            dialect=uow.connection.dialect, compile_kwargs={"literal_binds": True}))
+        if backend == "sqlite":
+            plan = " ".join(str(r[3]) for r in uow.connection.exec_driver_sql(
+                f"EXPLAIN QUERY PLAN {sql}"))
+            assert "USING INDEX idx_messages_expires (expires_at_ms<?)" in plan, plan
+        else:
+            uow.connection.execute(text("SET LOCAL enable_seqscan = off"))
+            plan = " ".join(r[0] for r in uow.connection.exec_driver_sql(f"EXPLAIN {sql}"))
+            assert "idx_messages_expires" in plan, plan
+
+
+def test_expiry_sweep_finds_a_message_queued_again(store: HubStore) -> None:
+    """A message that left the queue and came back re-enters the partial index: the
+    sweep dead-letters it once it is due, as it does one that never left."""
+    now = 90_000_000
+    back = MessageFactory.create(expires_at_ms=now - 10, status="acked")
+    stays_acked = MessageFactory.create(expires_at_ms=now - 10, status="acked")
+    assert store.sweep_expired(now_ms=now)["messages"] == 0
+    assert store.update_message_status(back.id, "queued")
+    assert store.sweep_expired(now_ms=now)["messages"] == 1
+    assert [m.status for m in (store.get_message(back.id), store.get_message(stays_acked.id))
+            if m is not None] == ["dead_letter", "acked"]

@@ -1,0 +1,87 @@
+"""The reference store on a file hubstore migrated to head (SQLite, the reference's one
+database): its schema script leaves hubstore's definitions of the reference's index
+names as they are (revision 0011), and the real store (node) writes messages hubstore
+reads, polls what hubstore polls and sweeps what hubstore would."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+
+from sqlalchemy.engine import make_url
+
+from hubstore import HubStore, health
+from hubstore.models import Message
+from tests.reference_ddl import reference_ddl
+from tests.reference_runner import reference_hub, run_reference
+
+REDEFINED = {
+    "idx_messages_to_agent": "ON messages (to_agent, created_at_ms, id)",
+    "idx_messages_expires": "ON messages (expires_at_ms) WHERE status = 'queued'",
+}
+
+
+def hub_file(tmp_path: Path) -> tuple[Path, str]:
+    path = tmp_path / "hub.db"
+    url = f"sqlite:///{path}"
+    HubStore.open(url, auto_migrate=True).close()
+    return path, url
+
+
+def message_indexes(path: Path) -> dict[str, str]:
+    with sqlite3.connect(path) as conn:
+        return {name: sql for name, sql in conn.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'index' "
+            "AND tbl_name = 'messages' AND sql IS NOT NULL")}
+
+
+def test_the_references_schema_script_keeps_hubstores_definitions(tmp_path: Path) -> None:
+    path, url = hub_file(tmp_path)
+    before = message_indexes(path)
+    for name, definition in REDEFINED.items():
+        assert before[name].endswith(definition), before[name]
+    assert not {"ix_messages_to_agent_created", "ix_messages_queued_expires"} & set(before)
+    for version in (3, 4):  # what the reference runs when its schema version differs
+        with sqlite3.connect(path) as conn:
+            for statement in reference_ddl(version):
+                conn.execute(statement)
+    assert message_indexes(path) == before
+    assert health.check(make_url(url)) == []  # the layout the models describe
+
+
+def test_the_reference_store_reads_and_writes_messages_on_a_hubstore_file(
+        tmp_path: Path) -> None:
+    hub = reference_hub()
+    path, url = hub_file(tmp_path)
+    with HubStore.open(url) as store:
+        store.register_agent("a", "codex", topics=["t"])
+        ours: list[Message] = []
+        for k in range(3):
+            for to, topic in (("a", "d"), ("topic:t", "t")):
+                ours.append(store.audit_log("event", "x", to, topic, payload={"k": k}))
+                time.sleep(0.002)  # distinct times: the reference orders by time alone
+        ours.append(store.audit_log("event", "x", "other", "d"))  # not a's
+        due = store.audit_log("event", "x", "b", "d", ttl_ms=0)
+    time.sleep(0.005)
+    theirs, polled, swept = run_reference(hub, path, [
+        ["auditLog", {"type": "event", "from": "y", "to": "a", "topic": "d",
+                      "payload": {"n": 5}}],
+        ["pollForAgent", "a", {"max_messages": 20, "include_topics": ["t"]}],
+        ["sweepExpired"],
+    ])
+    assert swept["messages"] == 1
+    with HubStore.open(url) as store:
+        mine = store.poll_for_agent("a", 20, ["t"])
+        assert [m.id for m in mine] == [m["id"] for m in polled]
+        assert [m.id for m in mine] == [theirs["id"], *(m.id for m in reversed(ours[:6]))]
+        written = store.get_message(theirs["id"])
+        assert written is not None
+        assert (written.from_agent, written.payload, written.status) == ("y", {"n": 5},
+                                                                          "queued")
+        gone = store.get_message(due.id)
+        assert gone is not None and gone.status == "dead_letter"
+        assert [d.message_id for d in store.get_dead_letters()] == [due.id]
+        assert store.sweep_expired()["messages"] == 0  # the reference swept it already
+    for name, definition in REDEFINED.items():
+        assert message_indexes(path)[name].endswith(definition)
