@@ -113,9 +113,13 @@ def test_sqlite_plans_use_the_indexes(tmp_path: Path) -> None:
 
     store = HubStore.open(f"sqlite:///{tmp_path / 'hub.db'}", auto_migrate=True)
     try:
-        poll = plan(_poll_statement(2))
+        poll = plan(_poll_statement("sqlite", 2))
         assert "idx_messages_to_agent" in poll and "ix_messages_topic_feed" in poll
         assert "SCAN messages" not in poll
+        # The branches read keys only: the agent's from its index alone, and the whole
+        # rows of the merged, cut keys come by rowid.
+        assert "COVERING INDEX idx_messages_to_agent" in poll
+        assert "USING INTEGER PRIMARY KEY (rowid=?)" in poll
         many = plan(_many_topics_statement("sqlite"))  # more than UNION_TOPICS topics
         assert "idx_messages_to_agent" in many and "ix_messages_topic_feed" in many
         assert "SCAN messages" not in many

@@ -6,7 +6,7 @@ import functools
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import bindparam, insert, select, text, union_all
+from sqlalchemy import Select, bindparam, insert, literal_column, select, text, union_all
 
 from hubstore.ids import now_ms, uuidv7
 from hubstore.jsontype import MAX_JSON_DEPTH, dumps
@@ -75,63 +75,61 @@ _TOPIC_IN_ARRAY = {
 }
 
 
-def poll_rows(uow: UnitOfWork, agent_id: str, limit: int,
-              topics: list[str]) -> list[dict[str, Any]]:
-    """The newest ``limit`` messages to the agent or to one of ``topics`` (no duplicates)."""
-    statement, params = _poll_query(uow, agent_id, limit, topics)
-    return statement.rows(uow, params)
-
-
 def poll_messages(uow: UnitOfWork, agent_id: str, limit: int,
                   topics: list[str]) -> list[Message]:
-    """poll_rows as Message instances, made straight from the fetched rows."""
-    statement, params = _poll_query(uow, agent_id, limit, topics)
-    return statement.instances(uow, params, Message)
-
-
-def _poll_query(uow: UnitOfWork, agent_id: str, limit: int,
-                topics: list[str]) -> tuple[Prepared, dict[str, Any]]:
+    """The newest ``limit`` messages to the agent or to one of ``topics`` (no
+    duplicates), as Message instances made straight from the fetched rows."""
     params: dict[str, Any] = {"p_agent_id": agent_id, "p_limit": limit}
     if len(topics) > UNION_TOPICS:
         params["p_topics"] = dumps(topics)
-        return _many_topics_statement(uow.dialect), params
-    params.update({f"p_topic_{k}": topic for k, topic in enumerate(topics)})
-    return _poll_statement(len(topics)), params
+        statement = _many_topics_statement(uow.dialect)
+    else:
+        params.update({f"p_topic_{k}": topic for k, topic in enumerate(topics)})
+        statement = _poll_statement(uow.dialect, len(topics))
+    return statement.instances(uow, params, Message)
+
+
+def _keys(dialect: str, *where: Any) -> Select[Any]:
+    """One branch of the poll: the row keys (SQLite: the rowid; PostgreSQL: the id) and
+    order of the newest ``limit`` messages matching ``where``, read from the branch's
+    index alone where it covers them."""
+    key = literal_column("messages.rowid") if dialect == "sqlite" else _messages.c.id
+    return (select(key.label("k"), _messages.c.created_at_ms, _messages.c.id)
+            .where(*where).order_by(*_newest_first).limit(bindparam("p_limit")))
+
+
+def _newest_of(dialect: str, branches: list[Select[Any]]) -> Prepared:
+    """The newest ``limit`` messages of the branches merged: their keys are merged and
+    cut first, then only those rows are read, newest first. Sorting and cutting the
+    whole rows of every branch instead read and copied ``limit`` rows per branch, where
+    one poll returns ``limit`` in all (a third less SQLite time, at three branches)."""
+    merged = (branches[0] if len(branches) == 1
+              else union_all(*(b.subquery().select() for b in branches))).subquery()
+    keys = (select(merged).order_by(merged.c.created_at_ms.desc(), merged.c.id.desc())
+            .limit(bindparam("p_limit")).subquery("k"))
+    row_key = literal_column("messages.rowid") if dialect == "sqlite" else _messages.c.id
+    return Prepared(select(_messages).join(keys, row_key == keys.c.k)
+                    .order_by(keys.c.created_at_ms.desc(), keys.c.id.desc()), _messages)
 
 
 @functools.cache
 def _many_topics_statement(dialect: str) -> Prepared:
     """The poll query for more than UNION_TOPICS topics, built once per dialect."""
-    limit: Any = bindparam("p_limit")
-    direct = (select(_messages).where(_messages.c.to_agent == bindparam("p_agent_id"))
-              .order_by(*_newest_first).limit(limit))
-    feed = (select(_messages)
-            .where(_TO_A_TOPIC, _TOPIC_IN_ARRAY[dialect],
-                   _messages.c.to_agent != bindparam("p_agent_id"))
-            .order_by(*_newest_first).limit(limit))
-    merged = union_all(direct.subquery().select(), feed.subquery().select()).subquery()
-    return Prepared(select(merged).order_by(merged.c.created_at_ms.desc(), merged.c.id.desc())
-                    .limit(limit), _messages)
+    return _newest_of(dialect, [
+        _keys(dialect, _messages.c.to_agent == bindparam("p_agent_id")),
+        _keys(dialect, _TO_A_TOPIC, _TOPIC_IN_ARRAY[dialect],
+              _messages.c.to_agent != bindparam("p_agent_id"))])
 
 
-@functools.lru_cache(maxsize=64)
-def _poll_statement(topic_count: int) -> Prepared:
+@functools.lru_cache(maxsize=128)
+def _poll_statement(dialect: str, topic_count: int) -> Prepared:
     """The poll query for that many topics, built once: one index range scan per branch
     (the agent, then each topic), each cut at the limit, merged newest first."""
-    limit: Any = bindparam("p_limit")
-    direct = (select(_messages).where(_messages.c.to_agent == bindparam("p_agent_id"))
-              .order_by(*_newest_first).limit(limit))
-    if topic_count == 0:
-        stmt = direct
-    else:
-        feeds = [select(_messages)
-                 .where(_TO_A_TOPIC, _messages.c.topic == bindparam(f"p_topic_{k}"),
-                        _messages.c.to_agent != bindparam("p_agent_id"))
-                 .order_by(*_newest_first).limit(limit) for k in range(topic_count)]
-        merged = union_all(*(b.subquery().select() for b in [direct, *feeds])).subquery()
-        stmt = (select(merged).order_by(merged.c.created_at_ms.desc(), merged.c.id.desc())
-                .limit(limit))
-    return Prepared(stmt, _messages)
+    return _newest_of(dialect, [
+        _keys(dialect, _messages.c.to_agent == bindparam("p_agent_id")),
+        *(_keys(dialect, _TO_A_TOPIC, _messages.c.topic == bindparam(f"p_topic_{k}"),
+                _messages.c.to_agent != bindparam("p_agent_id"))
+          for k in range(topic_count))])
 
 
 def clamp_poll_limit(value: object) -> int:
