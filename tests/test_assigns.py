@@ -817,3 +817,33 @@ def test_claim_with_nothing_queued(store: HubStore) -> None:
     assert store.claim_next_assign("w1") is None
     with pytest.raises(ValidationError):
         store.claim_next_assign("")
+
+
+@pytest.mark.parametrize(("status", "column", "call"), [
+    ("queued", "attempt", lambda s: s.update_assign_status("j", "running")),
+    ("failed", "attempt", lambda s: s.retry_assign("j")),
+    ("running", "timeout_ms", lambda s: s.report_assign_result("j", "running")),
+    ("failed", "max_retries", lambda s: s.schedule_assign_retry("j")),
+])
+def test_a_number_column_holding_text_is_a_hubstore_error(
+        store: HubStore, status: str, column: str, call: Callable[[HubStore], Any]) -> None:
+    """Only a hand edit can put text in a number column (SQLite keeps any type): the
+    rules cannot compute with it, and the caller gets a HubStoreError naming the job
+    (not Python's TypeError), with the row left as it was."""
+    if store.dialect != "sqlite":
+        pytest.skip("PostgreSQL's columns keep their types")
+    AssignJobFactory.create(job_id="j", status=status, max_retries=2)
+    with store.unit_of_work() as uow:
+        uow.connection.execute(text(f"UPDATE assign_jobs SET {column} = 'x'"))
+
+    def row() -> list[Any]:
+        with store.unit_of_work(write=False) as uow:
+            return list(uow.connection.execute(text("SELECT * FROM assign_jobs")).one())
+
+    before = row()
+    with pytest.raises(HubStoreError, match=r"assign job 'j' cannot be moved: its row "
+                                            r"holds a value of the wrong type") as raised:
+        call(store)
+    assert type(raised.value) is HubStoreError and isinstance(raised.value.__cause__,
+                                                              TypeError)
+    assert row() == before

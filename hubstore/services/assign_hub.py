@@ -36,6 +36,7 @@ from hubstore.services.assigns import (
     NOW,
     AssignOps,
     announce,
+    computed_from,
     lock_job,
     move,
     retry,
@@ -113,7 +114,9 @@ def finish(uow: UnitOfWork, job: AssignJob, target: str, patch: dict[str, Any],
     if job.status == target:
         return AssignOutcome(job, "completed")
     job = move(uow, job, target, patch)
-    if target != "succeeded" and job.retry_count < job.max_retries:
+    with computed_from(job):
+        retries_left = job.retry_count < job.max_retries
+    if target != "succeeded" and retries_left:
         job = dispatch(uow, retry(uow, job, {}), "retry")
         event = notify_supervisor(uow, job, "retry_scheduled", retry_reason=target,
                                   requested_by=requested_by)
@@ -291,7 +294,8 @@ class AssignHubOps(Operations):
                     f"a result for attempt {attempt} is stale")
             patch = {"result": result, "error": error}
             if target == "running":  # progress (or the start of a queued job)
-                patch["deadline_ms"] = resolve_now(None) + job.timeout_ms
+                with computed_from(job):
+                    patch["deadline_ms"] = resolve_now(None) + job.timeout_ms
                 job = move(uow, job, "running", patch)
                 return AssignOutcome(job, "progress", notify_supervisor(uow, job, "progress"))
             return finish(uow, job, target, patch, worker_agent or job.worker_agent)
@@ -306,7 +310,9 @@ class AssignHubOps(Operations):
             job = lock_job(uow, job_id)
             if job is None:
                 raise AssignNotFound(f"no assign job {job_id}")
-            if job.retry_count >= job.max_retries:
+            with computed_from(job):
+                exhausted = job.retry_count >= job.max_retries
+            if exhausted:
                 raise RetryExhausted(
                     f"assign job {job_id} has used its {job.max_retries} retries")
             job = dispatch(uow, retry(uow, job, {}), "retry")

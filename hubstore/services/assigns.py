@@ -13,9 +13,10 @@ write lock, so the time spent inside it is what limits many processes.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Unpack
 
 from sqlalchemy import (
@@ -250,7 +251,8 @@ def move(uow: UnitOfWork, job: AssignJob, target: str, patch: dict[str, Any], *,
     if rules.check_transition(job.status, target, via_retry=via_retry) is rules.Move.NOOP:
         return job
     before = snapshot(job)
-    values = rules.next_values(before, target, patch, now_ms())
+    with computed_from(job):
+        values = rules.next_values(before, target, patch, now_ms())
     changes = {key: value for key, value in values.items() if not _same(before[key], value)}
     changes.update(status=target, updated_at_ms=values["updated_at_ms"])
     updated = write_guarded(uow, job, changes)
@@ -262,8 +264,22 @@ def move(uow: UnitOfWork, job: AssignJob, target: str, patch: dict[str, Any], *,
 def retry(uow: UnitOfWork, job: AssignJob, patch: dict[str, Any]) -> AssignJob:
     """Re-queue a locked failed or timed-out job for its next attempt."""
     rules.check_transition(job.status, "queued", via_retry=True)
-    return move(uow, job, "queued", rules.retry_patch(snapshot(job), patch, now_ms()),
-                via_retry=True)
+    with computed_from(job):
+        changes = rules.retry_patch(snapshot(job), patch, now_ms())
+    return move(uow, job, "queued", changes, via_retry=True)
+
+
+@contextlib.contextmanager
+def computed_from(job: AssignJob) -> Iterator[None]:
+    """Rules computed from a locked job's row. A TypeError there is the row's: a number
+    column holding text, which only a hand edit can store (SQLite keeps any type it is
+    given). It is raised as a HubStoreError naming the job, before anything is written."""
+    try:
+        yield
+    except TypeError as exc:
+        raise HubStoreError(
+            f"assign job {job.job_id!r} cannot be moved: its row holds a value of the "
+            f"wrong type ({exc}); correct the row first") from exc
 
 
 class AssignOps(Operations):
