@@ -3,6 +3,7 @@ and claiming, each in one transaction and safe when many processes race."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import TYPE_CHECKING, Any, cast
 
@@ -37,6 +38,7 @@ from hubstore.services.assigns import (
     AssignOps,
     announce,
     computed_from,
+    kept_by_rules,
     lock_job,
     move,
     retry,
@@ -143,10 +145,13 @@ _CLAIM = Prepared(
     .returning(*_c), _jobs)
 
 
-def _finish_statement(retryable: bool) -> Prepared:
+@functools.cache
+def _finish_statement(dialect: str, retryable: bool) -> Prepared:
     """A worker's final report in one guarded statement, for the common case: the job
-    is queued or running, on the reported attempt, for the reporting worker, and (for a
-    failure) has no retry left. Anything else matches no row and takes the general path.
+    is queued or running, on the reported attempt, for the reporting worker, (for a
+    failure) has no retry left, and its row is one the rules leave as it is (as the
+    direct move's, services/assigns.py). Anything else matches no row and takes the
+    general path.
     """
     worker: BindParameter[str] = bindparam("p_worker", type_=Text)
     attempt: BindParameter[int] = bindparam("p_attempt", type_=Integer)
@@ -156,6 +161,7 @@ def _finish_statement(retryable: bool) -> Prepared:
               or_(attempt.is_(None), _c.attempt == attempt)]
     if retryable:
         guards.append(_c.retry_count >= _c.max_retries)
+    guards += kept_by_rules(dialect)
     return Prepared(
         update(_jobs).where(*guards)
         .values(status=bindparam("p_status"),
@@ -163,10 +169,6 @@ def _finish_statement(retryable: bool) -> Prepared:
                 error_json=bindparam("p_error", type_=_c.error_json.type),
                 updated_at_ms=NOW, **terminal_times())
         .returning(*_c), _jobs)
-
-
-_FINISH = {"succeeded": _finish_statement(False), "failed": _finish_statement(True),
-           "timed_out": _finish_statement(True)}
 
 
 def _snapshot_json(done: Any) -> Any:
@@ -179,11 +181,12 @@ def _snapshot_json(done: Any) -> Any:
     return func.jsonb_build_object(*parts)
 
 
+@functools.cache
 def _finish_with_event(retryable: bool) -> Prepared:
     """PostgreSQL: the routine final report and its 'completed' event message (as
     notify_supervisor writes it) in one statement, so that a unit of work in autocommit
     finishes a job in one round trip. Returns the finished job's row, or none."""
-    done = cast(Update, _finish_statement(retryable).statement).cte("done")
+    done = cast(Update, _finish_statement("postgresql", retryable).statement).cte("done")
     d = done.c
     event = insert(_messages).from_select(
         ["id", "type", "from_agent", "to_agent", "topic", "priority", "ttl_ms",
@@ -199,11 +202,6 @@ def _finish_with_event(retryable: bool) -> Prepared:
     return Prepared(select(done).add_cte(event), _jobs)
 
 
-_FINISH_WITH_EVENT = {"succeeded": _finish_with_event(False),
-                      "failed": _finish_with_event(True),
-                      "timed_out": _finish_with_event(True)}
-
-
 def finish_routine(uow: UnitOfWork, job_id: str, target: str, worker_agent: str | None,
                    attempt: int | None, result: Any, error: Any) -> AssignOutcome | None:
     """The routine final report (see _finish_statement) and its event, or None (nothing
@@ -212,13 +210,14 @@ def finish_routine(uow: UnitOfWork, job_id: str, target: str, worker_agent: str 
               "p_status": target, "p_result": result, "p_error": error, "p_now": now_ms()}
     if uow.dialect != "postgresql":  # two statements here: the update, then the event
         uow.begin()
-        done = _FINISH[target].instance(uow, values, AssignJob)
+        done = _finish_statement(uow.dialect, target != "succeeded").instance(
+            uow, values, AssignJob)
         if done is None:
             return None
         announce(uow, done)
         return AssignOutcome(done, "completed", notify_supervisor(uow, done, "completed"))
     values.update(m_id=uuidv7(), m_corr=uuidv7(), m_trace=uuidv7())
-    done = _FINISH_WITH_EVENT[target].instance(uow, values, AssignJob)
+    done = _finish_with_event(target != "succeeded").instance(uow, values, AssignJob)
     if done is None:
         return None
     announce(uow, done)

@@ -120,7 +120,7 @@ def terminal_times() -> dict[str, Any]:
                                     else_=c.completed_at_ms)}
 
 
-def _kept_by_rules(dialect: str) -> list[ColumnElement[bool]]:
+def kept_by_rules(dialect: str) -> list[ColumnElement[bool]]:
     """Where next_values would rewrite none of the columns a patch does not name: the
     counters and durations are whole numbers already in their ranges, the payload is
     not JSON null, and the times are NULL or whole numbers (SQLite keeps any type)."""
@@ -160,7 +160,7 @@ def _direct_move(dialect: str, target: str, fields: frozenset[str]) -> Prepared:
         values[column.name] = bindparam(name, type_=column.type)
     stmt = (update(_jobs)
             .where(c.job_id == bindparam("p_job_id"), or_(*sources),
-                   and_(*_kept_by_rules(dialect)))
+                   and_(*kept_by_rules(dialect)))
             .values(values)
             .returning(*_jobs.c))
     return Prepared(stmt, _jobs)
