@@ -22,9 +22,10 @@ query returns), and its ``CREATE INDEX IF NOT EXISTS`` finds the names taken, so
 puts the old definitions back beside them. Measured on SQLite at 3,300 messages: 13.25
 -> 10.59 WAL pages per insert, and a raw sqlite3 loop of audit_log's INSERT 119 -> 98 us.
 
-Building an index reads the whole table: on SQLite about a second per million messages
-(the migration holds the write lock meanwhile); on PostgreSQL writers to ``messages``
-wait for the CREATE INDEX. The downgrade puts back both pairs.
+Building an index reads the whole table: ``hubstore db upgrade`` from 0010 took 0.94 s
+on a SQLite file of 100,000 messages, process start included (the migration holds the
+write lock meanwhile); on PostgreSQL writers to ``messages`` wait for the CREATE INDEX.
+The downgrade puts back both pairs.
 
 Revision ID: 0011
 Revises: 0010
