@@ -89,12 +89,15 @@ def poll_messages(uow: UnitOfWork, agent_id: str, limit: int,
     return statement.instances(uow, params, Message)
 
 
+def _row_key(dialect: str) -> Any:
+    """The key a poll reads a message's row by: SQLite's rowid, PostgreSQL's id."""
+    return literal_column("messages.rowid") if dialect == "sqlite" else _messages.c.id
+
+
 def _keys(dialect: str, *where: Any) -> Select[Any]:
-    """One branch of the poll: the row keys (SQLite: the rowid; PostgreSQL: the id) and
-    order of the newest ``limit`` messages matching ``where``, read from the branch's
-    index alone where it covers them."""
-    key = literal_column("messages.rowid") if dialect == "sqlite" else _messages.c.id
-    return (select(key.label("k"), _messages.c.created_at_ms, _messages.c.id)
+    """One branch of the poll: the row keys and order of the newest ``limit`` messages
+    matching ``where``, read from the branch's index alone where it covers them."""
+    return (select(_row_key(dialect).label("k"), _messages.c.created_at_ms, _messages.c.id)
             .where(*where).order_by(*_newest_first).limit(bindparam("p_limit")))
 
 
@@ -107,8 +110,7 @@ def _newest_of(dialect: str, branches: list[Select[Any]]) -> Prepared:
               else union_all(*(b.subquery().select() for b in branches))).subquery()
     keys = (select(merged).order_by(merged.c.created_at_ms.desc(), merged.c.id.desc())
             .limit(bindparam("p_limit")).subquery("k"))
-    row_key = literal_column("messages.rowid") if dialect == "sqlite" else _messages.c.id
-    return Prepared(select(_messages).join(keys, row_key == keys.c.k)
+    return Prepared(select(_messages).join(keys, _row_key(dialect) == keys.c.k)
                     .order_by(keys.c.created_at_ms.desc(), keys.c.id.desc()), _messages)
 
 
