@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, text
 
 if TYPE_CHECKING:
+    from sqlalchemy.sql import ClauseElement
+
     from hubstore import HubStore
     from hubstore.models import AssignJob
     from hubstore.types import AssignEvent
@@ -58,3 +60,17 @@ def driver_trace(store: HubStore, *, write: bool = True) -> list[str]:
         uow.driver.set_trace_callback(_first_word(seen))
     seen.clear()
     return seen
+
+
+def query_plan(store: HubStore, statement: ClauseElement) -> str:
+    """The plan the store's database picks for ``statement`` (its values written in):
+    SQLite's EXPLAIN QUERY PLAN details, or PostgreSQL's EXPLAIN with sequential scans
+    priced out, so that a usable index shows whatever the table's size."""
+    with store.unit_of_work(write=False) as uow:
+        sql = str(statement.compile(dialect=uow.connection.dialect,
+                                    compile_kwargs={"literal_binds": True}))
+        if uow.dialect == "sqlite":
+            return " ".join(str(r[3]) for r in uow.connection.exec_driver_sql(
+                f"EXPLAIN QUERY PLAN {sql}"))
+        uow.connection.execute(text("SET LOCAL enable_seqscan = off"))
+        return " ".join(r[0] for r in uow.connection.exec_driver_sql(f"EXPLAIN {sql}"))

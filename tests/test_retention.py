@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 import pytest
-from sqlalchemy import func, insert, select, text
+from sqlalchemy import func, insert, select
 
 from hubstore import HubStore, uuidv7
 from hubstore.errors import ValidationError
@@ -16,6 +16,7 @@ from hubstore.models import DeadLetter, Message, MessageInbox, MessageLog, table
 from hubstore.services import retention
 from hubstore.services.stats import counts, plain_counts
 from tests.factories import AssignJobFactory
+from tests.helpers import query_plan
 
 NOW = 10 ** 12
 DAY = 86_400_000
@@ -153,18 +154,12 @@ def test_prune_refuses_bad_arguments(store: HubStore, args: dict[str, Any], says
 def test_batches_are_found_through_an_index(store: HubStore, backend: str) -> None:
     """Each batch reads one index range (priority, created_at_ms): no table scan."""
     params = {"p_priority": 5, "p_from": 0, "p_before": NOW, "p_limit": 10}
-    with store.unit_of_work(write=False) as uow:
-        sql = str(retention._BATCH.params(**params).compile(
-            dialect=uow.connection.dialect, compile_kwargs={"literal_binds": True}))
-        if backend == "sqlite":
-            plan = " ".join(str(r[3]) for r in uow.connection.exec_driver_sql(
-                f"EXPLAIN QUERY PLAN {sql}"))
-            assert "USING INDEX idx_messages_priority (priority=? AND created_at_ms>? " \
-                   "AND created_at_ms<?)" in plan, plan
-        else:
-            uow.connection.execute(text("SET LOCAL enable_seqscan = off"))
-            plan = " ".join(r[0] for r in uow.connection.exec_driver_sql(f"EXPLAIN {sql}"))
-            assert "idx_messages_priority" in plan and "Sort" not in plan, plan
+    plan = query_plan(store, retention._BATCH.params(**params))
+    if backend == "sqlite":
+        assert "USING INDEX idx_messages_priority (priority=? AND created_at_ms>? " \
+               "AND created_at_ms<?)" in plan, plan
+    else:
+        assert "idx_messages_priority" in plan and "Sort" not in plan, plan
 
 
 def log_rows(store: HubStore) -> list[str]:

@@ -10,6 +10,7 @@ from sqlalchemy import text
 from hubstore import HubStore
 from hubstore.services.stats import counts, plain_counts
 from tests.factories import AgentFactory, AssignJobFactory, DeadLetterFactory, MessageFactory
+from tests.helpers import query_plan
 
 
 def test_hub_and_audit_stats(store: HubStore) -> None:
@@ -169,17 +170,11 @@ def test_expiry_sweep_reads_one_range_of_the_queued_index(store: HubStore, backe
     revision 0011): no scan, and no walk over messages that expired long ago."""
     from hubstore.services.stats import expire_queued
 
-    with store.unit_of_work(write=False) as uow:
-        sql = str(expire_queued(backend, 90_000_000).compile(
-            dialect=uow.connection.dialect, compile_kwargs={"literal_binds": True}))
-        if backend == "sqlite":
-            plan = " ".join(str(r[3]) for r in uow.connection.exec_driver_sql(
-                f"EXPLAIN QUERY PLAN {sql}"))
-            assert "USING INDEX idx_messages_expires (expires_at_ms<?)" in plan, plan
-        else:
-            uow.connection.execute(text("SET LOCAL enable_seqscan = off"))
-            plan = " ".join(r[0] for r in uow.connection.exec_driver_sql(f"EXPLAIN {sql}"))
-            assert "idx_messages_expires" in plan, plan
+    plan = query_plan(store, expire_queued(backend, 90_000_000))
+    if backend == "sqlite":
+        assert "USING INDEX idx_messages_expires (expires_at_ms<?)" in plan, plan
+    else:
+        assert "idx_messages_expires" in plan, plan
 
 
 def test_expiry_sweep_finds_a_message_queued_again(store: HubStore) -> None:
