@@ -125,18 +125,23 @@ SQLITE_ODD_ROWS = {  # SQLite keeps whatever type it is given
 }
 
 
+def _odd_twins(store: HubStore, odd: str, **fields: Any) -> None:
+    """Twin jobs (see _twins), both then given the odd row named ``odd``."""
+    if odd in SQLITE_ODD_ROWS and store.dialect != "sqlite":
+        pytest.skip("PostgreSQL's columns keep their types")
+    _twins(store, **fields)
+    change = {**ODD_ROWS, **SQLITE_ODD_ROWS}[odd]
+    if odd == "JSON null payload" and store.dialect == "postgresql":
+        change = "payload_json = 'null'::jsonb"
+    _set_raw(store, change)
+
+
 @pytest.mark.parametrize("target", ["running", "succeeded"])
 @pytest.mark.parametrize("odd", sorted({**ODD_ROWS, **SQLITE_ODD_ROWS}))
 def test_a_row_the_rules_would_rewrite_moves_as_the_general_path_moves_it(
         store: HubStore, factories: None, frozen: None, heard: Heard,
         monkeypatch: pytest.MonkeyPatch, odd: str, target: str) -> None:
-    if odd in SQLITE_ODD_ROWS and store.dialect != "sqlite":
-        pytest.skip("PostgreSQL's columns keep their types")
-    _twins(store, status="queued")
-    change = {**ODD_ROWS, **SQLITE_ODD_ROWS}[odd]
-    if odd == "JSON null payload" and store.dialect == "postgresql":
-        change = "payload_json = 'null'::jsonb"
-    _set_raw(store, change)
+    _odd_twins(store, odd, status="queued")
     patch = {"result": {"n": 1}} if target == "succeeded" else {}
     direct, general = _move_both(store, monkeypatch, target, patch)
     _same_move(store, heard, direct, general)
@@ -210,13 +215,7 @@ def test_the_hubs_routine_finish_leaves_a_row_the_rules_rewrite_to_the_general_p
     """report_assign_result's one-statement finish (services/assign_hub.py) takes only
     the rows the direct move takes: a row the rules would rewrite is finished, and its
     supervisor's event written, as the locking path does it."""
-    if odd in SQLITE_ODD_ROWS and store.dialect != "sqlite":
-        pytest.skip("PostgreSQL's columns keep their types")
-    _twins(store, status="running", started_at_ms=NOW - 1_000, worker_agent="w")
-    change = {**ODD_ROWS, **SQLITE_ODD_ROWS}[odd]
-    if odd == "JSON null payload" and store.dialect == "postgresql":
-        change = "payload_json = 'null'::jsonb"
-    _set_raw(store, change)
+    _odd_twins(store, odd, status="running", started_at_ms=NOW - 1_000, worker_agent="w")
     routine = store.report_assign_result("direct", target, worker_agent="w", **report)
     with monkeypatch.context() as off:
         off.setattr(assign_hub, "finish_routine", lambda *args: None)
