@@ -42,9 +42,18 @@ CACHE_SIZE = -16000
 #: copies each page once however many commits rewrote it since the last one, and the
 #: pages a hub writes are mostly the same few (index leaves, the counters): measured
 #: at 100,000 messages, an audit_log went 233 -> 175 us and a heartbeat 43 -> 40 us,
-#: polls unchanged. The WAL file grows to about 40 MB (4 KiB pages) before it is
-#: reused from its start.
+#: polls unchanged. The WAL file grows to about 10 MB (40 MB on a file of 4 KiB pages)
+#: before it is reused from its start.
 WAL_AUTOCHECKPOINT = 10_000
+#: Page size of the files hubstore creates (SQLite's default is 4,096; a file made by
+#: the reference keeps its own). Every commit copies each page it changed into the WAL,
+#: and a hub's commits are one small row each, touching one leaf per index: at 100,000
+#: messages an audit_log changes about 12 pages, so 1 KiB pages put a quarter of the
+#: bytes through the WAL. Measured side by side on fresh copies of one preload, 1 KiB
+#: against 4 KiB pages: audit_log 1.19x to 1.38x, assign lifecycle 1.24x, reflexion
+#: learn 1.18x, polls and figures unchanged (0.96x to 1.04x), a 3 KB payload written
+#: 1.20x and polled 0.93x. SQLite ignores it for a file that already has tables.
+PAGE_SIZE = 1024
 
 
 def configure_engine(engine: Engine, *, wal: bool, foreign_keys: bool,
@@ -57,6 +66,7 @@ def configure_engine(engine: Engine, *, wal: bool, foreign_keys: bool,
         cur = dbapi_conn.cursor()
         cur.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         cur.execute(f"PRAGMA cache_size = {CACHE_SIZE}")
+        cur.execute(f"PRAGMA page_size = {PAGE_SIZE}")  # a new file only (see PAGE_SIZE)
         if wal:
             cur.execute("PRAGMA journal_mode = WAL")
             cur.execute("PRAGMA synchronous = NORMAL")

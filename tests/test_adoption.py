@@ -254,3 +254,27 @@ def test_dangling_rows_of_a_legacy_file_do_not_block_adoption(tmp_path: Path) ->
         assert conn.exec_driver_sql("PRAGMA foreign_key_check").all() == [
             ("message_inbox", 3, "messages", 0)]
     engine.dispose()
+
+
+def test_an_adopted_file_keeps_its_page_size(tmp_path: Path) -> None:
+    """hubstore makes its own files with 1 KiB pages; a reference file it adopts keeps
+    the 4 KiB pages it was made with (a page size changes only by rewriting the file),
+    with every row."""
+    url = make_url(f"sqlite:///{tmp_path / 'triflux.db'}")
+    build_legacy(url, 4)
+    engine = create_engine(url)
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA page_size").scalar() == 4096
+        legacy_columns, before = column_names(conn), snapshot(conn)
+    engine.dispose()
+    with HubStore.open(url, auto_migrate=True) as store:
+        store.audit_log(type="event", from_agent="a", to_agent="b", topic="t")
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA page_size").scalar() == 4096
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        after = snapshot(conn, columns=legacy_columns)
+    engine.dispose()
+    assert len(after["messages"]) == len(before["messages"]) + 1
+    assert set(before["messages"]) <= set(after["messages"])
+    assert {k: v for k, v in after.items() if k != "messages"} == {
+        k: v for k, v in before.items() if k != "messages"}

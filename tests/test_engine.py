@@ -21,10 +21,10 @@ def test_sqlite_settings_and_file_mode(tmp_path: Path) -> None:
             store.unit_of_work(write=False) as uow:
         pragma = {name: uow.session.execute(text(f"PRAGMA {name}")).scalar()
                   for name in ("journal_mode", "synchronous", "foreign_keys", "busy_timeout",
-                               "wal_autocheckpoint", "cache_size")}
+                               "wal_autocheckpoint", "cache_size", "page_size")}
     assert pragma == {"journal_mode": "wal", "synchronous": 1, "foreign_keys": 1,
                       "busy_timeout": 5000, "wal_autocheckpoint": 10_000,
-                      "cache_size": -16_000}
+                      "cache_size": -16_000, "page_size": 1024}
     assert stat.S_IMODE(path.stat().st_mode) == 0o600
 
 
