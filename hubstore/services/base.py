@@ -17,7 +17,6 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import InvalidRequestError
-from sqlalchemy.orm.attributes import instance_state
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from hubstore.ids import now_ms
@@ -298,16 +297,16 @@ class Prepared:
                     zip(names, readers, strict=True)) if read is not None],
                 names.index(key_column) if key_column in names else None)
         attrs, decoded, at = plan
-        new = model.__mapper__.class_manager.new_instance
+        blank = model.blank
         made = []
         for row in fetched:
-            instance = new()
-            state = instance.__dict__
-            state.update(zip(attrs, row, strict=True))
+            instance, state = blank()
+            values = instance.__dict__
+            values.update(zip(attrs, row, strict=True))
             for i, key, read in decoded:
-                state[key] = read(row[i])
+                values[key] = read(row[i])
             if at is not None and row[at] is not None:  # detached, as from_row makes it
-                instance_state(instance).key = (model, (row[at],), None)
+                state.key = (model, (row[at],), None)
             made.append(instance)
         return made
 
