@@ -102,7 +102,8 @@ class UnitOfWork(HubOperations):
                 source.writers.acquire()
                 self._locked = True
             conn = self._conn = source.acquire(
-                self.write, autocommit=self._autocommit and not source.is_sqlite)
+                self.write, autocommit=self._autocommit and (
+                    not source.is_sqlite or not self.write))
             try:
                 if source.is_sqlite and sqlite.unwatched(conn):
                     self._watched = False
@@ -286,9 +287,12 @@ class UnitOfWork(HubOperations):
         """The SQLAlchemy Connection, in this unit of work's transaction (when that was
         begun on the driver, SQLAlchemy's transaction joins it now)."""
         if self._transaction is None and self._raw is not None:
-            if self._autocommit and not self._raw.in_transaction:
-                self._one_statement_ran()  # (SQLAlchemy's BEGIN: the rest is atomic)
             try:
+                if self._autocommit and not self._raw.in_transaction:
+                    self._one_statement_ran()  # (a transaction now: the rest is atomic)
+                    # Begun here, as this unit of work begins (a read may be on the
+                    # writer's connection, whose SQLAlchemy BEGIN is IMMEDIATE).
+                    self._raw.execute(sqlite.begin_statement(self.write))
                 self._transaction = self._conn.begin()  # no second BEGIN (sqlite.py)
             except BaseException as exc:
                 raise self._translated(exc) from exc

@@ -115,8 +115,8 @@ def test_one_select_reads_run_in_autocommit(store: HubStore, call: str) -> None:
     store.add_reflexion("TypeError: x is undefined", "x is undefined", "check x")
     store.register_agent("w", "codex", topics=["t.a"])
     store.audit_log("event", "lead", "topic:t.a", "t.a", payload={"n": 1})
-    seen = (engine_statements(store) if store.dialect == "postgresql"
-            else driver_trace(store, write=False))
+    # (SQLite: on the thread's idle writing connection, tests/test_seam.py)
+    seen = engine_statements(store) if store.dialect == "postgresql" else driver_trace(store)
     if call == "get_assign":
         got = store.get_assign(job.job_id)
         assert got is not None and got.to_dict() == job.to_dict()

@@ -390,6 +390,56 @@ def test_without_a_listener_the_sqlite_fast_path_skips_the_execution_layer(
     assert agent is not None and agent.status == "online"
 
 
+def _statements(store: HubStore, *, write: bool) -> list[str]:
+    """Every statement SQLite's driver runs from now on on this thread's writing (or
+    reading) connection, whole."""
+    seen: list[str] = []
+    with store.unit_of_work(write=write) as uow:  # (opens the thread's connection)
+        uow.driver.set_trace_callback(seen.append)
+    seen.clear()
+    return seen
+
+
+def test_one_select_reads_use_the_idle_writers_connection_and_take_no_lock(
+        store: HubStore) -> None:
+    """SQLite: a store read of one SELECT runs on the thread's idle writing connection,
+    whose page cache its own commits keep warm. It takes no lock (another program holds
+    the write lock meanwhile), also when it begins SQLAlchemy's transaction; with a
+    listener watching statements the reading connection serves it again."""
+    if store.dialect != "sqlite":
+        pytest.skip("PostgreSQL's reads run in autocommit on a pooled connection")
+    import sqlite3
+
+    store.register_agent("w", "codex", topics=["t.a"])
+    store.audit_log("event", "lead", "w", "t.x", payload={"n": 1})
+    writing = _statements(store, write=True)
+    reading = _statements(store, write=False)
+    path = store.url.database
+    assert path is not None
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        began = time.monotonic()
+        assert [m.payload for m in store.poll_for_agent("w")] == [{"n": 1}]
+        with store.one_read() as uow:
+            assert uow.connection.execute(text("SELECT count(*) FROM agents")).scalar() == 1
+        assert time.monotonic() - began < FAST_S
+        assert [sql.split()[0] for sql in writing] == ["SELECT", "SELECT", "BEGIN",
+                                                       "SELECT", "COMMIT"]
+        assert writing[2] == "BEGIN DEFERRED" and reading == []
+        writing.clear()
+        event.listen(store.engine, "before_cursor_execute", lambda *_: None)
+        assert [m.payload for m in store.poll_for_agent("w")] == [{"n": 1}]
+        assert writing == [] and [sql.split()[0] for sql in reading] == [
+            "BEGIN", "SELECT", "COMMIT", "BEGIN", "SELECT", "COMMIT"]
+    finally:
+        holder.close()
+    with pytest.raises(ReadOnlyUnitOfWork):  # the guard of general reads is kept
+        with store.unit_of_work(write=False) as uow:
+            uow.connection.execute(text("DELETE FROM agents"))
+    assert store.get_agent("w") is not None
+
+
 # -- 2. bounded waits: a second store, a frozen writer, a killed writer ---------------
 
 
