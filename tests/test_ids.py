@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import uuid
 
+import pytest
+
 from hubstore import uuidv7
 from hubstore.ids import now_ms
 
@@ -49,3 +51,20 @@ def test_a_forked_child_does_not_repeat_its_parents_random_bits() -> None:
 def test_ids_keep_coming_past_a_block_of_random_bytes() -> None:
     ids = [uuidv7() for _ in range(2_000)]  # 16,000 random bytes: several blocks
     assert len(_random_bits(ids)) == 2_000
+
+
+def test_ids_within_one_millisecond_count_up_then_move_the_time_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A frozen clock: the 12-bit counter goes 0..4095, then the time moves on by 1 ms
+    (and the text of the time with it); every id stays canonical, unique and sorted."""
+    from hubstore import ids as module
+
+    frozen = now_ms() + 10_000  # past any id made so far in this process
+    monkeypatch.setattr(module, "now_ms", lambda: frozen)
+    made = [uuidv7() for _ in range(5_000)]
+    assert made == sorted(made) and len(set(made)) == 5_000
+    parsed = [uuid.UUID(i) for i in made]
+    assert all(str(u) == i and u.version == 7 for u, i in zip(parsed, made, strict=True))
+    assert [u.int >> 80 for u in parsed[:4096]] == [frozen] * 4096
+    assert [u.int >> 64 & 0xFFF for u in parsed[:4096]] == list(range(4096))
+    assert {u.int >> 80 for u in parsed[4096:]} == {frozen + 1}
