@@ -49,10 +49,10 @@ WAL_AUTOCHECKPOINT = 10_000
 #: the reference keeps its own). Every commit copies each page it changed into the WAL,
 #: and a hub's commits are one small row each, touching one leaf per index: at 100,000
 #: messages an audit_log changes about 12 pages, so 1 KiB pages put a quarter of the
-#: bytes through the WAL. Measured side by side on fresh copies of one preload, 1 KiB
-#: against 4 KiB pages: audit_log 1.19x to 1.38x, assign lifecycle 1.24x, reflexion
-#: learn 1.18x, polls and figures unchanged (0.96x to 1.04x), a 3 KB payload written
-#: 1.20x and polled 0.93x. SQLite ignores it for a file that already has tables.
+#: bytes through the WAL. Measured on fresh copies of one preload, alternating, 1 KiB
+#: against 4 KiB pages: audit_log 1.35x to 1.38x, assign lifecycle 1.16x to 1.24x,
+#: heartbeat, polls and figures 0.96x to 1.04x, a 3 KB payload written 1.20x and polled
+#: 0.93x (docs/performance.md). SQLite ignores it for a file that already has tables.
 PAGE_SIZE = 1024
 
 

@@ -101,6 +101,7 @@ class UnitOfWork(HubOperations):
             if self.write and source.writers is not None:
                 source.writers.acquire()
                 self._locked = True
+            # (SQLite: a one-statement read may take the writer's warm connection)
             conn = self._conn = source.acquire(
                 self.write, autocommit=self._autocommit and (
                     not source.is_sqlite or not self.write))

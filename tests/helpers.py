@@ -52,12 +52,13 @@ def engine_statements(store: HubStore) -> list[str]:
     return seen
 
 
-def driver_trace(store: HubStore, *, write: bool = True) -> list[str]:
-    """The first word of every statement SQLite's driver runs from now on on this
-    thread's writing (or reading) connection; its trace sees BEGIN and COMMIT too."""
+def driver_trace(store: HubStore, *, write: bool = True, whole: bool = False) -> list[str]:
+    """The first word (``whole``: the text) of every statement SQLite's driver runs from
+    now on on this thread's writing (or reading) connection; its trace sees BEGIN and
+    COMMIT too."""
     seen: list[str] = []
     with store.unit_of_work(write=write) as uow:  # (opens the thread's connection)
-        uow.driver.set_trace_callback(_first_word(seen))
+        uow.driver.set_trace_callback(seen.append if whole else _first_word(seen))
     seen.clear()
     return seen
 

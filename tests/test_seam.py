@@ -390,16 +390,6 @@ def test_without_a_listener_the_sqlite_fast_path_skips_the_execution_layer(
     assert agent is not None and agent.status == "online"
 
 
-def _statements(store: HubStore, *, write: bool) -> list[str]:
-    """Every statement SQLite's driver runs from now on on this thread's writing (or
-    reading) connection, whole."""
-    seen: list[str] = []
-    with store.unit_of_work(write=write) as uow:  # (opens the thread's connection)
-        uow.driver.set_trace_callback(seen.append)
-    seen.clear()
-    return seen
-
-
 def test_one_select_reads_use_the_idle_writers_connection_and_take_no_lock(
         store: HubStore) -> None:
     """SQLite: a store read of one SELECT runs on the thread's idle writing connection,
@@ -410,10 +400,12 @@ def test_one_select_reads_use_the_idle_writers_connection_and_take_no_lock(
         pytest.skip("PostgreSQL's reads run in autocommit on a pooled connection")
     import sqlite3
 
+    from tests.helpers import driver_trace
+
     store.register_agent("w", "codex", topics=["t.a"])
     store.audit_log("event", "lead", "w", "t.x", payload={"n": 1})
-    writing = _statements(store, write=True)
-    reading = _statements(store, write=False)
+    writing = driver_trace(store, whole=True)
+    reading = driver_trace(store, write=False, whole=True)
     path = store.url.database
     assert path is not None
     holder = sqlite3.connect(path, isolation_level=None)
@@ -434,9 +426,9 @@ def test_one_select_reads_use_the_idle_writers_connection_and_take_no_lock(
             "BEGIN", "SELECT", "COMMIT", "BEGIN", "SELECT", "COMMIT"]
     finally:
         holder.close()
-    with pytest.raises(ReadOnlyUnitOfWork):  # the guard of general reads is kept
-        with store.unit_of_work(write=False) as uow:
-            uow.connection.execute(text("DELETE FROM agents"))
+    # the guard of general reads is kept
+    with pytest.raises(ReadOnlyUnitOfWork), store.unit_of_work(write=False) as uow:
+        uow.connection.execute(text("DELETE FROM agents"))
     assert store.get_agent("w") is not None
 
 
