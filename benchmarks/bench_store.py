@@ -37,11 +37,17 @@ Usage::
     # the whole hub: agents served in real time at 0, 100k and 1M history rows
     python benchmarks/bench_store.py --hub --scales 0,100000,1000000 --reference /tmp/ref/hub
 
+    # the same, beside Python's sqlite3 running the hub's hottest calls alone
+    python benchmarks/bench_store.py --hub --raw-driver --reference /tmp/ref/hub
+
     # one long whole-hub run: does the process's RSS stay flat?
     python benchmarks/bench_store.py --hub --scales 0 --ops 1000000 --repeat 1
 
     # P processes competing for J queued jobs of one worker, with statements per job
     python benchmarks/bench_store.py --claim --processes 4 --jobs 2000
+
+    # the same claims also made on psycopg alone (its own statements, nothing around them)
+    python benchmarks/bench_store.py --claim --raw-driver --url postgresql+psycopg://postgres@127.0.0.1/bench
 
     # async throughput beside sync (when hubstore.aio is installed)
     python benchmarks/bench_store.py --async
@@ -54,6 +60,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import importlib
 import json
 import multiprocessing as mp
@@ -888,7 +895,7 @@ def _hub_agent(a: int) -> str:
     return f"hub-{a}"
 
 
-def hub_second(store: HubStore, t: int, agents: int, counters: HubCounters) -> int:
+def hub_second(store: Store, t: int, agents: int, counters: HubCounters) -> int:
     """One simulated second of the whole hub; the number of store calls made."""
     ops = 0
     for a in range(agents):
@@ -932,6 +939,85 @@ def hub_second(store: HubStore, t: int, agents: int, counters: HubCounters) -> i
     return ops
 
 
+def _qmark(prepared: Any) -> tuple[str, list[str], dict[str, Any]]:
+    """A hubstore statement as SQLite runs it: its SQL text, its parameters' names in
+    order, and the values of those it binds itself (a literal OFFSET 0, say)."""
+    from sqlalchemy.dialects import sqlite as sqlite_dialect
+
+    compiled = prepared.statement.compile(dialect=sqlite_dialect.dialect())
+    bound = {name: bind.value for name, bind in compiled.binds.items() if not bind.required}
+    return str(compiled), list(compiled.positiontup or []), bound
+
+
+class RawDriverHub:
+    """The whole hub's three most frequent calls straight on Python's sqlite3: the same
+    statements hubstore runs (compiled from its own), on the same file and pragmas, with
+    nothing around them (no validation, no unit of work, no write lock, rows returned as
+    tuples with their JSON payload decoded). Poll, audit_log and heartbeat are about nine
+    in ten of the hub's calls and of its time; every other call goes to ``store``.
+
+    Its capacity is an anchor, not a competitor: about the most any Python library could
+    serve with this driver, this file's layout and these statements, so hubstore's
+    figure over it is the share its own layers leave.
+    """
+
+    def __init__(self, store: HubStore, path: str) -> None:
+        from hubstore.services import agents, messages
+        from hubstore.sqlite import CACHE_SIZE, WAL_AUTOCHECKPOINT
+
+        self.store = store
+        self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        for pragma in (f"cache_size = {CACHE_SIZE}", "journal_mode = WAL",
+                       "synchronous = NORMAL", f"wal_autocheckpoint = {WAL_AUTOCHECKPOINT}"):
+            self.db.execute(f"PRAGMA {pragma}")
+        self._heartbeat = _qmark(agents._HEARTBEAT_ONLINE)
+        self._insert = _qmark(messages._INSERT)
+        self._topics = _qmark(messages._AGENT_TOPICS)
+        self._polls: dict[int, tuple[str, list[str], dict[str, Any]]] = {}
+        self._payload = list(table_of(Message).c.keys()).index("payload_json")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def _run(self, statement: tuple[str, list[str], dict[str, Any]],
+             values: dict[str, Any]) -> sqlite3.Cursor:
+        sql, names, bound = statement
+        return self.db.execute(sql, [values[n] if n in values else bound[n] for n in names])
+
+    def refresh_lease(self, agent_id: str) -> None:
+        now = now_ms()
+        self._run(self._heartbeat,
+                  {"p_agent_id": agent_id, "p_now": now, "p_expires": now + 30_000})
+
+    def poll_for_agent(self, agent_id: str) -> list[tuple[Any, ...]]:
+        from hubstore.services.messages import DEFAULT_POLL, _poll_statement
+
+        (topics_json,) = self._run(self._topics, {"p_agent_id": agent_id}).fetchone()
+        topics = json.loads(topics_json)
+        statement = self._polls.get(len(topics))
+        if statement is None:
+            statement = self._polls[len(topics)] = _qmark(_poll_statement("sqlite", len(topics)))
+        values = {"p_agent_id": agent_id, "p_limit": DEFAULT_POLL,
+                  **{f"p_topic_{k}": topic for k, topic in enumerate(topics)}}
+        at = self._payload
+        return [(*row[:at], json.loads(row[at]), *row[at + 1:])
+                for row in self._run(statement, values).fetchall()]
+
+    def audit_log(self, *, type: str, from_agent: str, to_agent: str, topic: str,
+                  payload: Any) -> str:
+        now = now_ms()
+        message_id = uuidv7()
+        self._run(self._insert, {
+            "id": message_id, "type": type, "from_agent": from_agent, "to_agent": to_agent,
+            "topic": topic, "priority": 5, "ttl_ms": 300_000, "created_at_ms": now,
+            "expires_at_ms": now + 300_000, "correlation_id": uuidv7(),
+            "trace_id": uuidv7(), "payload_json": json.dumps(payload), "status": "queued"})
+        return message_id
+
+
 def rss_bytes() -> int:
     """This process's resident set size now."""
     try:
@@ -944,23 +1030,31 @@ def rss_bytes() -> int:
 
 
 def run_hub(url: str, agents: int, seconds: int, budget_s: float,
-            ops_target: int | None) -> dict[str, Any]:
+            ops_target: int | None, raw_driver: bool = False) -> dict[str, Any]:
     """The whole hub on the store at `url`, as fast as it goes.
 
     Runs whole simulated seconds until `seconds` of them or `budget_s` wall seconds are
     done, or, with `ops_target`, until that many store calls (RSS is sampled after the
-    first tenth of them, the warm-up, and at the end).
+    first tenth of them, the warm-up, and at the end). With `raw_driver` (SQLite), the
+    hub's polls, audit_log calls and heartbeats run on Python's sqlite3 alone
+    (RawDriverHub).
     """
-    with HubStore.open(url) as store:
+    with HubStore.open(url) as store, contextlib.ExitStack() as stack:
         for a in range(agents):
             store.register_agent(_hub_agent(a), "codex", topics=_topics(a))
+        calls: Store = store
+        if raw_driver:
+            database = make_url(url).database
+            assert database, "the raw driver lane needs a SQLite file"
+            calls = RawDriverHub(store, database)
+            stack.callback(calls.close)
         counters = HubCounters()
         ops = t = 0
         warm_rss: int | None = None
         peak = 0
         started = time.perf_counter()
         while True:
-            ops += hub_second(store, t, agents, counters)
+            ops += hub_second(calls, t, agents, counters)
             t += 1
             if ops_target is not None:
                 if warm_rss is None and ops >= ops_target // 10:
@@ -1169,6 +1263,7 @@ def run_hub_mode(args: argparse.Namespace, target: Target, log: Log) -> None:
     for scale in args.scales:
         url, ref_path, preload_s = prepare(target, scale, reference, log)
         hub_runs: list[dict[str, Any]] = []
+        raw_runs: list[dict[str, Any]] = []
         ref_runs: list[dict[str, Any]] = []
         for k in range(1, args.repeat + 1):
             copy = copy_database(url, k)
@@ -1179,6 +1274,16 @@ def run_hub_mode(args: argparse.Namespace, target: Target, log: Log) -> None:
             hub_runs.append(run)
             log(f"  {scale:,} rows, run {k}: hubstore {run['agent_seconds_per_s']:,.1f} "
                 f"agent-s/s ({run['sim_seconds']} s simulated, {run['ops']:,} calls)")
+            if args.raw_driver:
+                copy = copy_database(url, k)
+                try:
+                    raw = run_hub(copy, args.agents, args.seconds, args.budget, args.ops,
+                                  raw_driver=True)
+                finally:
+                    drop_copy(copy, target.keep)
+                raw_runs.append(raw)
+                log(f"  {scale:,} rows, run {k}: raw sqlite3 "
+                    f"{raw['agent_seconds_per_s']:,.1f} agent-s/s")
             if reference is not None and ref_path is not None:
                 ref_copy = reference_copy(ref_path, k)
                 try:
@@ -1197,11 +1302,19 @@ def run_hub_mode(args: argparse.Namespace, target: Target, log: Log) -> None:
             "hubstore": spread([r["agent_seconds_per_s"] for r in hub_runs]),
             "hubstore_runs": hub_runs,
         }
+        if raw_runs:
+            entry["raw_driver"] = spread([r["agent_seconds_per_s"] for r in raw_runs])
+            entry["raw_driver_runs"] = raw_runs
+            entry["share_of_raw"] = float(
+                f"{entry['hubstore']['median'] / entry['raw_driver']['median']:.4g}")
         if ref_runs:
             entry["reference"] = spread([r["agent_seconds_per_s"] for r in ref_runs])
             entry["reference_runs"] = ref_runs
             entry["ratio"] = float(
                 f"{entry['hubstore']['median'] / entry['reference']['median']:.4g}")
+            if raw_runs:
+                entry["raw_ratio"] = float(
+                    f"{entry['raw_driver']['median'] / entry['reference']['median']:.4g}")
         by_scale[str(scale)] = entry
     payload = {
         "mode": "hub", "url": display_url(target.last_url), "agents": args.agents,
@@ -1210,19 +1323,32 @@ def run_hub_mode(args: argparse.Namespace, target: Target, log: Log) -> None:
         "figure": "agent-seconds served per wall second (agents served in real time)",
     }
     header = ["history rows", "hubstore min", "median", "max"]
+    if args.raw_driver:
+        header += ["raw sqlite3 min", "median", "max", "hubstore/raw"]
     if reference is not None:
         header += ["reference min", "median", "max", "ratio"]
+        if args.raw_driver:
+            header += ["raw/reference"]
     rows = []
     for scale in args.scales:
         entry = by_scale[str(scale)]
         h = entry["hubstore"]
         row = [f"{scale:,}", _rate(h["min"]), _rate(h["median"]), _rate(h["max"])]
+        if "raw_driver" in entry:
+            w = entry["raw_driver"]
+            row += [_rate(w["min"]), _rate(w["median"]), _rate(w["max"]),
+                    f"{entry['share_of_raw']:.2f}"]
         if "reference" in entry:
             r = entry["reference"]
             row += [_rate(r["min"]), _rate(r["median"]), _rate(r["max"]), _ratio(entry["ratio"])]
+            if "raw_ratio" in entry:
+                row += [_ratio(entry["raw_ratio"])]
         rows.append(row)
     lines = [f"whole hub, {args.agents} agents: agent-seconds served per wall second",
              format_table(header, rows)]
+    if args.raw_driver:
+        lines.append("raw sqlite3: the polls, audit_log calls and heartbeats on Python's "
+                     "sqlite3 alone, with hubstore's own statements (RawDriverHub)")
     for scale in args.scales:
         for run in by_scale[str(scale)]["hubstore_runs"]:
             if "rss_after_warmup_bytes" in run:
@@ -1259,8 +1385,53 @@ def claim_loop(store: HubStore) -> list[str]:
     return job_ids
 
 
-def claim_worker(index: int, url: str, ready: Any, start: Any, results: Any) -> None:
-    """Child process: open its own store, wait for the start signal, claim until empty.
+def _pyformat(prepared: Any, dialect: Any) -> tuple[str, dict[str, Any]]:
+    """A hubstore statement as psycopg runs it: its SQL text (with the dialect's casts)
+    and the values of the parameters it binds itself."""
+    compiled = prepared.statement.compile(dialect=dialect)
+    return str(compiled), {name: bind.value for name, bind in compiled.binds.items()
+                           if not bind.required}
+
+
+def raw_claim_loop(url: str, connected: Callable[[], None]) -> list[str]:
+    """claim_loop on psycopg alone: hubstore's own claim and routine-finish statements
+    (compiled from its own), prepared, in autocommit, with nothing around them (no
+    validation, no pool, no unit of work, no objects: the rows' job id and attempt only).
+    An anchor: about the most any Python client could do with these statements."""
+    import psycopg
+
+    from hubstore.services.assign_hub import _CLAIM, _finish_with_event
+
+    dialect = create_engine(url).dialect  # the URL's own (psycopg), as hubstore compiles
+    claim_sql, claim_bound = _pyformat(_CLAIM, dialect)
+    finish_sql, finish_bound = _pyformat(_finish_with_event(False), dialect)
+    names = list(table_of(AssignJob).c.keys())
+    at_id, at_attempt = names.index("job_id"), names.index("attempt")
+    conninfo = make_url(url).set(drivername="postgresql", query={}).render_as_string(
+        hide_password=False)
+    job_ids: list[str] = []
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute("SELECT 1")
+        connected()
+        while True:
+            row = conn.execute(claim_sql, {**claim_bound, "p_worker": CLAIM_WORKER,
+                                           "p_now": now_ms()}, prepare=True).fetchone()
+            if row is None:
+                return job_ids
+            finished = conn.execute(finish_sql, {
+                **finish_bound, "p_job_id": row[at_id], "p_worker": CLAIM_WORKER,
+                "p_attempt": row[at_attempt], "p_status": "succeeded",
+                "p_result": json.dumps({"ok": 1}), "p_error": None, "p_now": now_ms(),
+                "m_id": uuidv7(), "m_corr": uuidv7(), "m_trace": uuidv7()},
+                prepare=True).fetchone()
+            assert finished is not None, f"job {row[at_id]} was not finished"
+            job_ids.append(row[at_id])
+
+
+def claim_worker(index: int, url: str, ready: Any, start: Any, results: Any,
+                 raw_driver: bool = False) -> None:
+    """Child process: open its own store, wait for the start signal, claim until empty
+    (with ``raw_driver``, raw_claim_loop on a psycopg connection of its own).
 
     Sends a plain dict (index, job_ids, error) back: a class defined in this script
     would not unpickle in the parent, whose main module has another name.
@@ -1268,13 +1439,21 @@ def claim_worker(index: int, url: str, ready: Any, start: Any, results: Any) -> 
     job_ids: list[str] = []
     error: str | None = None
     signalled = False
+
+    def connected() -> None:
+        nonlocal signalled
+        ready.release()
+        signalled = True
+        start.wait()
+
     try:
-        with HubStore.open(url) as store:
-            store.get_hub_stats()  # connect before the start signal
-            ready.release()
-            signalled = True
-            start.wait()
-            job_ids = claim_loop(store)
+        if raw_driver:
+            job_ids = raw_claim_loop(url, connected)
+        else:
+            with HubStore.open(url) as store:
+                store.get_hub_stats()  # connect before the start signal
+                connected()
+                job_ids = claim_loop(store)
     except Exception as exc:  # reported to the parent, which fails the run
         error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
     if not signalled:
@@ -1304,13 +1483,14 @@ def final_statuses(store: HubStore, ids: Sequence[str]) -> dict[str, int]:
     return counts
 
 
-def run_claim_processes(url: str, processes: int) -> tuple[list[ClaimReport], float]:
+def run_claim_processes(url: str, processes: int, raw_driver: bool = False
+                        ) -> tuple[list[ClaimReport], float]:
     ctx = mp.get_context("spawn")
     ready = ctx.Semaphore(0)
     start = ctx.Event()
     results = ctx.Queue()
     procs = [
-        ctx.Process(target=claim_worker, args=(k, url, ready, start, results))
+        ctx.Process(target=claim_worker, args=(k, url, ready, start, results, raw_driver))
         for k in range(processes)
     ]
     for proc in procs:
@@ -1451,14 +1631,16 @@ def count_per_job(url: str, jobs: int, scratch: Path) -> dict[str, Any]:
     return per_job
 
 
-def claim_once(args: argparse.Namespace, url: str, log: Callable[[str], None]
-               ) -> dict[str, Any]:
-    """One timed claim run on the empty database at ``url``, with its checks."""
+def claim_once(args: argparse.Namespace, url: str, log: Callable[[str], None],
+               raw_driver: bool = False) -> dict[str, Any]:
+    """One timed claim run on the empty database at ``url``, with its checks (the
+    jobs made and checked through hubstore; with ``raw_driver``, claimed and finished by
+    raw_claim_loop)."""
     log(f"database: {display_url(url)}; creating {args.jobs:,} jobs")
     with HubStore.open(url, auto_migrate=True) as store:
         ids = create_claim_jobs(store, args.jobs)
-        log(f"  {args.processes} processes claiming")
-        reports, wall = run_claim_processes(url, args.processes)
+        log(f"  {args.processes} {'raw psycopg ' if raw_driver else ''}processes claiming")
+        reports, wall = run_claim_processes(url, args.processes, raw_driver)
         statuses = final_statuses(store, ids)
     claimed = [job_id for report in reports for job_id in report.job_ids]
     checks = {
@@ -1481,15 +1663,21 @@ def run_claim(args: argparse.Namespace, target: Target, log: Callable[[str], Non
     if _is_sqlite(url) and _sqlite_path(url) is None:
         raise SystemExit("--claim needs a database that several processes can open")
     runs = []
+    raw_runs = []
     for k in range(args.repeat):
         if k:
             url = target.fresh()
         runs.append(claim_once(args, url, log))
-    failed = [run for run in runs
+        if args.raw_driver:  # alternating with hubstore's runs, each on an emptied database
+            url = target.fresh()
+            raw_runs.append(claim_once(args, url, log, raw_driver=True))
+    failed = [run for run in [*runs, *raw_runs]
               if run["errors"] or not all(v for n, v in run["checks"].items()
                                           if n != "claimed_total")]
     shown = failed[0] if failed else runs[-1]
     errors = [f"run {k + 1}, {error}" for k, run in enumerate(runs) for error in run["errors"]]
+    errors += [f"raw psycopg run {k + 1}, {error}" for k, run in enumerate(raw_runs)
+               for error in run["errors"]]
     ok = not failed
     checks = shown["checks"]
     per_job = count_per_job(url, min(args.jobs, COUNTED_JOBS), target.workdir()) if ok else {}
@@ -1511,10 +1699,18 @@ def run_claim(args: argparse.Namespace, target: Target, log: Callable[[str], Non
         "ok": ok,
         "per_job": per_job,
     }
-    rows = [[f"run {k + 1}", f"{run['jobs_per_s']:,.1f}",
+    if raw_runs:
+        raw_rates = [run["jobs_per_s"] for run in raw_runs]
+        payload.update({
+            "raw_driver_runs": raw_runs, "raw_jobs_per_s_spread": spread(raw_rates),
+            "share_of_raw": float(
+                f"{statistics.median(rates) / statistics.median(raw_rates):.4g}")})
+    rows = [[f"{label}run {k + 1}", f"{run['jobs_per_s']:,.1f}",
              " ".join(f"{n:,}" for n in run["per_process"]),
              "yes" if run["checks"]["claimed_once"] and run["checks"]["all_succeeded"]
-             else "NO"] for k, run in enumerate(runs)]
+             else "NO"]
+            for label, lane in (("", runs), ("raw psycopg ", raw_runs))
+            for k, run in enumerate(lane)]
     table = format_table(["run", "jobs/s", "jobs per process", "each once"], rows)
     rate = spread(rates)
     summary = (
@@ -1524,6 +1720,12 @@ def run_claim(args: argparse.Namespace, target: Target, log: Callable[[str], Non
         f"all succeeded: {checks['all_succeeded']}"
     )
     lines = [table, "", summary, *errors]
+    if raw_runs:
+        raw_rate = payload["raw_jobs_per_s_spread"]
+        lines.append(
+            f"raw psycopg, hubstore's two statements with nothing around them: "
+            f"{raw_rate['median']:,.1f} jobs/s median (min {raw_rate['min']:,.1f}, max "
+            f"{raw_rate['max']:,.1f}); hubstore/raw {payload['share_of_raw']:.2f}")
     if per_job:
         trips = per_job.get("round_trips")
         lines.append(f"per job: {per_job['statements']} statements"
@@ -1656,6 +1858,13 @@ def build_parser() -> argparse.ArgumentParser:
         "RSS after warm-up (the first tenth) against the end",
     )
     parser.add_argument(
+        "--raw-driver", action="store_true",
+        help="--hub on SQLite: also run the mix with its polls, audit_log calls and "
+        "heartbeats on Python's sqlite3 alone; --claim on PostgreSQL: also claim and "
+        "finish on psycopg alone. hubstore's own statements with nothing around them: "
+        "what the driver, the layout and the statements allow",
+    )
+    parser.add_argument(
         "--async", dest="async_", action="store_true",
         help="also time the workloads through hubstore.aio.AsyncHubStore (skipped with a "
         "note when it is not importable)",
@@ -1681,6 +1890,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--processes must be at least 1")
     if args.hub and (args.agents < 1 or args.seconds < 1 or args.budget <= 0):
         parser.error("--agents, --seconds and --budget must be positive")
+    if args.raw_driver and not (args.hub or args.claim):
+        parser.error("--raw-driver goes with --hub or --claim")
+    if args.raw_driver:
+        backend = make_url(args.url).get_backend_name() if args.url else "sqlite"
+        if args.hub and backend != "sqlite":
+            parser.error("--hub --raw-driver runs on SQLite files only")
+        if args.claim and backend != "postgresql":
+            parser.error("--claim --raw-driver runs on PostgreSQL (psycopg) only")
     if args.reference is not None and (args.scaling or args.claim):
         parser.error("--reference goes with the standard run and --hub")
     if args.scales is None:

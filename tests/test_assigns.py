@@ -118,7 +118,7 @@ def test_create_returns_the_row_as_stored_and_keeps_no_caller_value(
     object with the caller's arguments."""
     payload: dict[str, Any] = {"f": [1e16, -0.0, 0.5, 2**62], "s": "ü\u2028", "n": None,
                                "t": (1, "two")}
-    result = {"ok": True, "items": [{"a": 1}]}
+    result: dict[str, Any] = {"ok": True, "items": [{"a": 1}]}
     job = store.create_assign("lead", "w1", payload=payload, result=result, error=["e"],
                               deadline_ms=2**62, priority=8, task="x" * 5_000)
     payload["f"].append("later")

@@ -7,6 +7,7 @@ script's command line, as the README runs it.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import os
 import shutil
@@ -20,6 +21,7 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import URL
 
+from hubstore import HubStore
 from tests.conftest import SHARED
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_store.py"
@@ -151,6 +153,36 @@ def test_claim_mode_claims_every_job_once(empty_url: URL) -> None:
     assert "trace" in per_job["method"]
 
 
+def test_claim_mode_with_the_raw_driver_lane_claims_every_job_once(empty_url: URL) -> None:
+    """The psycopg-alone claimers run hubstore's statements: each job claimed once and
+    finished (succeeded, with its completed event), as hubstore's own claimers do."""
+    if empty_url.get_backend_name() != "postgresql":
+        done = subprocess.run(
+            [sys.executable, str(SCRIPT), "--url", empty_url.render_as_string(False),
+             "--claim", "--raw-driver"], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and "PostgreSQL (psycopg) only" in done.stderr
+        return
+    payload = bench(empty_url, "--claim", "--processes", "2", "--jobs", "30", "--repeat", "1",
+                    "--raw-driver")
+    assert payload["ok"] is True, payload["errors"]
+    (raw,) = payload["raw_driver_runs"]
+    assert raw["checks"] == {"claimed_total": 30, "claimed_once": True, "all_claimed": True,
+                             "all_succeeded": True}
+    assert raw["statuses"] == {"succeeded": 30} and sum(raw["per_process"]) == 30
+    assert payload["share_of_raw"] == pytest.approx(
+        payload["jobs_per_s"] / raw["jobs_per_s"], rel=1e-3)
+    engine = create_engine(empty_url)
+    try:  # the last run's database: the raw lane's 30 jobs (then the counted run's)
+        with engine.connect() as conn:
+            jobs, unmatched = conn.execute(text(
+                "SELECT count(*), count(*) FILTER (WHERE status <> 'succeeded' OR (SELECT "
+                "count(*) FROM messages m WHERE m.payload_json->>'job_id' = j.job_id AND "
+                "m.payload_json->>'event' = 'completed') <> 1) FROM assign_jobs j")).one()
+    finally:
+        engine.dispose()
+    assert jobs >= 30 and unmatched == 0  # each job succeeded, with one completed event
+
+
 def test_hub_mode_runs_the_same_mix_at_each_history_size(empty_url: URL) -> None:
     payload = bench(empty_url, "--hub", "--scales", "0,60", "--agents", "100",
                     "--seconds", "3", "--budget", "600", "--repeat", "1")
@@ -160,6 +192,75 @@ def test_hub_mode_runs_the_same_mix_at_each_history_size(empty_url: URL) -> None
         assert run["sim_seconds"] == 3 and run["ops"] == HUB_CALLS_3S
         assert run["agent_seconds_per_s"] > 0
         assert payload["results"][scale]["hubstore"]["median"] == run["agent_seconds_per_s"]
+
+
+def _bench_module() -> Any:
+    """bench_store.py imported as a module (benchmarks/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("bench_store_under_test", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_raw_driver_lane_does_the_hubs_work_as_hubstore_does(tmp_path: Path) -> None:
+    """The anchor is only worth its figure if it does the same work: its polls return
+    the rows hubstore's poll returns, in order; its audit_log writes a message hubstore
+    reads back field for field; its heartbeat moves the lease hubstore reads."""
+    bench_store = _bench_module()
+    url = f"sqlite:///{tmp_path / 'hub.db'}"
+    with HubStore.open(url, auto_migrate=True) as store:
+        store.register_agent("a", "codex", topics=["t.x"])
+        store.register_agent("b", "codex", topics=["t.y"])
+        raw = bench_store.RawDriverHub(store, str(tmp_path / "hub.db"))
+        try:
+            written = [raw.audit_log(type="event", from_agent="b", to_agent=to, topic=topic,
+                                     payload={"k": k, "s": "é"})
+                       for k, (to, topic) in enumerate(
+                           [("a", "t.q"), ("topic:t.x", "t.x"), ("b", "t.q"),
+                            ("topic:t.y", "t.y"), ("a", "t.y")] * 8)]
+            message = store.get_message(written[0])
+            assert message is not None
+            assert (message.type, message.from_agent, message.to_agent, message.topic,
+                    message.payload, message.status, message.priority) == (
+                "event", "b", "a", "t.q", {"k": 0, "s": "é"}, "queued", 5)
+            assert message.expires_at_ms - message.created_at_ms == 300_000
+            # a: 16 sent to it and 8 to topic:t.x, cut at 20; b: 8 and 8 to topic:t.y
+            for agent, count in (("a", 20), ("b", 16)):
+                ours = store.poll_for_agent(agent)
+                rows = raw.poll_for_agent(agent)
+                assert len(rows) == count
+                assert [m.id for m in ours] == [row[0] for row in rows]
+                assert [m.payload for m in ours] == [row[11] for row in rows]
+            before = store.get_agent("a")
+            assert before is not None
+            raw.refresh_lease("a")
+            after = store.get_agent("a")
+            assert after is not None
+            assert after.last_seen_ms >= before.last_seen_ms
+            assert after.lease_expires_ms == after.last_seen_ms + 30_000
+            assert after.lease_expires_ms != before.lease_expires_ms
+        finally:
+            raw.close()
+
+
+def test_hub_mode_with_the_raw_driver_lane_runs_the_same_mix(empty_url: URL) -> None:
+    if empty_url.get_backend_name() != "sqlite":
+        done = subprocess.run(
+            [sys.executable, str(SCRIPT), "--url", empty_url.render_as_string(False),
+             "--hub", "--raw-driver"], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and "SQLite files only" in done.stderr
+        return
+    payload = bench(empty_url, "--hub", "--scales", "0", "--agents", "100", "--seconds", "3",
+                    "--budget", "600", "--repeat", "1", "--raw-driver")
+    entry = payload["results"]["0"]
+    (ours,) = entry["hubstore_runs"]
+    (raw,) = entry["raw_driver_runs"]
+    assert raw["sim_seconds"] == ours["sim_seconds"] == 3
+    assert raw["ops"] == ours["ops"] == HUB_CALLS_3S
+    assert entry["share_of_raw"] == pytest.approx(
+        ours["agent_seconds_per_s"] / raw["agent_seconds_per_s"], rel=1e-3)
 
 
 def test_hub_mode_with_an_operation_count_reports_rss(empty_url: URL) -> None:

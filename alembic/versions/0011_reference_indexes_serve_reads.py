@@ -33,6 +33,7 @@ Create Date: 2026-12-02
 """
 
 from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
@@ -45,7 +46,7 @@ depends_on: str | Sequence[str] | None = None
 QUEUED = "status = 'queued'"
 
 
-def _partial(where: str | None) -> dict[str, sa.TextClause]:
+def _partial(where: str | None) -> dict[str, Any]:
     if where is None:
         return {}
     return {"sqlite_where": sa.text(where), "postgresql_where": sa.text(where)}
