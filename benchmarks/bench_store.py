@@ -25,6 +25,9 @@ Usage::
     # side by side with the reference, 100,000 background messages
     python benchmarks/bench_store.py --preload 100000 --reference /tmp/ref/hub
 
+    # also heartbeat, audit_log and poll_for_agent on Python's sqlite3 alone (an anchor)
+    python benchmarks/bench_store.py --preload 100000 --reference /tmp/ref/hub --raw-driver
+
     # quick smoke test, machine-readable output
     python benchmarks/bench_store.py -n 300 --repeat 1 --json-only
 
@@ -635,7 +638,7 @@ def drop_copy(copy_url: str, keep: bool = False) -> None:
 # --------------------------------------------------------------------------- timing
 
 
-def time_workload(store: HubStore, op: Op, ops: int) -> float:
+def time_workload(store: Store, op: Op, ops: int) -> float:
     """Run `ops` operations with i = 0 .. ops - 1; return ops/s."""
     started = time.perf_counter()
     for i in range(ops):
@@ -644,10 +647,23 @@ def time_workload(store: HubStore, op: Op, ops: int) -> float:
     return ops / elapsed if elapsed > 0 else float("inf")
 
 
-def run_plan(url: str, plan: Sequence[str], ops: int) -> dict[str, float]:
-    """Every workload of the plan, in order, on the store at `url`: ops/s of each."""
-    with HubStore.open(url) as store:
-        return {name: time_workload(store, WORKLOADS[name], ops) for name in plan}
+#: The workloads the raw-driver lane runs on Python's sqlite3 alone (RawDriverHub).
+RAW_WORKLOADS = ("heartbeat", "audit_log", "poll_for_agent")
+
+
+def run_plan(url: str, plan: Sequence[str], ops: int, raw_driver: bool = False
+             ) -> dict[str, float]:
+    """Every workload of the plan, in order, on the store at `url`: ops/s of each. With
+    ``raw_driver``, RAW_WORKLOADS run on RawDriverHub (the others, which they rely on,
+    through hubstore) and only theirs are returned."""
+    with HubStore.open(url) as store, contextlib.ExitStack() as stack:
+        calls: Store = store
+        if raw_driver:
+            calls = raw_driver_hub(store, url)
+            stack.callback(calls.close)
+        rates = {name: time_workload(calls, WORKLOADS[name], ops) for name in plan}
+    return {name: rate for name, rate in rates.items()
+            if not raw_driver or name in RAW_WORKLOADS}
 
 
 def machine_yardstick(ops: int = 5_000, repeats: int = 3) -> float:
@@ -785,6 +801,7 @@ class Measured:
 
     runs: dict[str, list[float]]
     reference_runs: dict[str, list[float]] | None = None
+    raw_runs: dict[str, list[float]] | None = None
     async_runs: dict[str, list[float]] | None = None
     async_note: str | None = None
     async_tasks: int = 1
@@ -814,7 +831,8 @@ def _append(into: dict[str, list[float]], rates: dict[str, float]) -> None:
 
 def bench_database(target: Target, preload_rows: int, workloads: Sequence[str], ops: int,
                    repeats: int, log: Log, reference: Reference | None = None,
-                   with_async: bool = False, async_tasks: int = 1) -> Measured:
+                   with_async: bool = False, async_tasks: int = 1,
+                   raw_driver: bool = False) -> Measured:
     """Preload templates, then per repeat time the workloads on fresh copies."""
     plan = plan_workloads(workloads)
     url, ref_path, preload_s = prepare(target, preload_rows, reference, log)
@@ -834,6 +852,16 @@ def bench_database(target: Target, preload_rows: int, workloads: Sequence[str], 
         _append(measured.runs, rates)
         for name, rate in rates.items():
             log(f"  run {k}/{repeats} hubstore  {name:<22} {rate:>12,.1f} ops/s")
+        if raw_driver:
+            copy = copy_database(url, k)
+            try:
+                raw_rates = run_plan(copy, plan, ops, raw_driver=True)
+            finally:
+                drop_copy(copy, target.keep)
+            measured.raw_runs = measured.raw_runs or {}
+            _append(measured.raw_runs, raw_rates)
+            for name, rate in raw_rates.items():
+                log(f"  run {k}/{repeats} raw sqlite3 {name:<20} {rate:>12,.1f} ops/s")
         if reference is not None and ref_path is not None:
             ref_copy = reference_copy(ref_path, k)
             try:
@@ -861,6 +889,9 @@ def bench_database(target: Target, preload_rows: int, workloads: Sequence[str], 
     if measured.async_runs is not None:
         measured.async_runs = {name: measured.async_runs[name] for name in reported
                                if name in measured.async_runs}
+    if measured.raw_runs is not None:
+        measured.raw_runs = {name: measured.raw_runs[name] for name in reported
+                             if name in measured.raw_runs}
     return measured
 
 
@@ -1018,6 +1049,13 @@ class RawDriverHub:
         return message_id
 
 
+def raw_driver_hub(store: HubStore, url: str) -> RawDriverHub:
+    """RawDriverHub on the SQLite file at ``url``."""
+    database = make_url(url).database
+    assert database, "the raw driver lane needs a SQLite file"
+    return RawDriverHub(store, database)
+
+
 def rss_bytes() -> int:
     """This process's resident set size now."""
     try:
@@ -1044,9 +1082,7 @@ def run_hub(url: str, agents: int, seconds: int, budget_s: float,
             store.register_agent(_hub_agent(a), "codex", topics=_topics(a))
         calls: Store = store
         if raw_driver:
-            database = make_url(url).database
-            assert database, "the raw driver lane needs a SQLite file"
-            calls = RawDriverHub(store, database)
+            calls = raw_driver_hub(store, url)
             stack.callback(calls.close)
         counters = HubCounters()
         ops = t = 0
@@ -1131,6 +1167,11 @@ def results_table(measured: Measured, published: dict[str, float] | None) -> str
     if measured.async_runs:
         tasks = measured.async_tasks
         header += [f"async median ({tasks} task{'s' if tasks > 1 else ''})", "async/sync"]
+    raw = measured.raw_runs
+    if raw is not None:
+        header += ["raw sqlite3 median", "hubstore/raw"]
+        if ref is not None:
+            header += ["raw/reference"]
     rows = []
     for name, values in measured.runs.items():
         median = statistics.median(values)
@@ -1144,6 +1185,15 @@ def results_table(measured: Measured, published: dict[str, float] | None) -> str
             avalues = measured.async_runs.get(name)
             row += ([_rate(statistics.median(avalues)),
                      f"{statistics.median(avalues) / median:.2f}x"] if avalues else ["-", "-"])
+        if raw is not None:
+            rvalues = raw.get(name)
+            if rvalues:
+                row += [_rate(statistics.median(rvalues)),
+                        f"{median / statistics.median(rvalues):.2f}"]
+                if ref is not None:
+                    row += [_ratio(statistics.median(rvalues) / statistics.median(ref[name]))]
+            else:
+                row += ["-", "-"] + (["-"] if ref is not None else [])
         rows.append(row)
     return format_table(header, rows)
 
@@ -1176,7 +1226,7 @@ def emit(payload: dict[str, Any], table: str, json_only: bool) -> None:
 
 def run_standard(args: argparse.Namespace, target: Target, log: Log) -> None:
     measured = bench_database(target, args.preload, args.workloads, args.n, args.repeat, log,
-                              args.reference, args.async_, args.async_tasks)
+                              args.reference, args.async_, args.async_tasks, args.raw_driver)
     yardstick = machine_yardstick()
     results = medians(measured.runs)
     payload: dict[str, Any] = {
@@ -1216,6 +1266,16 @@ def run_standard(args: argparse.Namespace, target: Target, log: Log) -> None:
             name: spread(values) for name, values in measured.async_runs.items()}
     if measured.async_note:
         payload["async_note"] = measured.async_note
+    if measured.raw_runs is not None:
+        raw = medians(measured.raw_runs)
+        payload["raw_driver"] = raw
+        payload["raw_driver_spread"] = {
+            name: spread(values) for name, values in measured.raw_runs.items()}
+        payload["share_of_raw"] = {name: float(f"{results[name] / raw[name]:.4g}")
+                                   for name in raw}
+        if measured.reference_runs is not None:
+            payload["raw_ratio"] = {
+                name: float(f"{raw[name] / payload['reference'][name]:.4g}") for name in raw}
     table = results_table(measured, published)
     title = (f"ops/s, {args.n} ops, {args.repeat} repeats (min/median/max), "
              f"{args.preload:,} background rows")
@@ -1859,10 +1919,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--raw-driver", action="store_true",
-        help="--hub on SQLite: also run the mix with its polls, audit_log calls and "
-        "heartbeats on Python's sqlite3 alone; --claim on PostgreSQL: also claim and "
-        "finish on psycopg alone. hubstore's own statements with nothing around them: "
-        "what the driver, the layout and the statements allow",
+        help="SQLite: also run heartbeat, audit_log and poll_for_agent (standard run; "
+        "with --hub, the mix's) on Python's sqlite3 alone; --claim on PostgreSQL: also "
+        "claim and finish on psycopg alone. hubstore's own statements with nothing "
+        "around them: what the driver, the layout and the statements allow",
     )
     parser.add_argument(
         "--async", dest="async_", action="store_true",
@@ -1890,12 +1950,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--processes must be at least 1")
     if args.hub and (args.agents < 1 or args.seconds < 1 or args.budget <= 0):
         parser.error("--agents, --seconds and --budget must be positive")
-    if args.raw_driver and not (args.hub or args.claim):
-        parser.error("--raw-driver goes with --hub or --claim")
+    if args.raw_driver and args.scaling:
+        parser.error("--raw-driver goes with the standard run, --hub or --claim")
     if args.raw_driver:
         backend = make_url(args.url).get_backend_name() if args.url else "sqlite"
-        if args.hub and backend != "sqlite":
-            parser.error("--hub --raw-driver runs on SQLite files only")
+        if not args.claim and backend != "sqlite":
+            parser.error("--raw-driver (standard run, --hub) runs on SQLite files only")
         if args.claim and backend != "postgresql":
             parser.error("--claim --raw-driver runs on PostgreSQL (psycopg) only")
     if args.reference is not None and (args.scaling or args.claim):

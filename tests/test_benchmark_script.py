@@ -245,6 +245,24 @@ def test_raw_driver_lane_does_the_hubs_work_as_hubstore_does(tmp_path: Path) -> 
             raw.close()
 
 
+def test_standard_run_with_the_raw_driver_lane(empty_url: URL) -> None:
+    if empty_url.get_backend_name() != "sqlite":
+        done = subprocess.run(
+            [sys.executable, str(SCRIPT), "--url", empty_url.render_as_string(False),
+             "--raw-driver"], capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and "SQLite files only" in done.stderr
+        return
+    payload = bench(empty_url, "-n", "5", "--repeat", "2", "--raw-driver")
+    raw_lane = {"heartbeat", "audit_log", "poll_for_agent"}
+    assert set(payload["raw_driver"]) == set(payload["share_of_raw"]) == raw_lane
+    for name in raw_lane:
+        spread = payload["raw_driver_spread"][name]
+        assert 0 < spread["min"] <= spread["median"] == payload["raw_driver"][name]
+        assert payload["share_of_raw"][name] == pytest.approx(
+            payload["results"][name] / payload["raw_driver"][name], rel=2e-3)
+    assert set(payload["results"]) == WORKLOADS  # hubstore's own run is unchanged
+
+
 def test_hub_mode_with_the_raw_driver_lane_runs_the_same_mix(empty_url: URL) -> None:
     if empty_url.get_backend_name() != "sqlite":
         done = subprocess.run(
