@@ -659,7 +659,7 @@ def run_plan(url: str, plan: Sequence[str], ops: int, raw_driver: bool = False
     with HubStore.open(url) as store, contextlib.ExitStack() as stack:
         calls: Store = store
         if raw_driver:
-            calls = raw_driver_hub(store, url)
+            calls = RawDriverHub(store)
             stack.callback(calls.close)
         rates = {name: time_workload(calls, WORKLOADS[name], ops) for name in plan}
     return {name: rate for name, rate in rates.items()
@@ -982,25 +982,26 @@ def _qmark(prepared: Any) -> tuple[str, list[str], dict[str, Any]]:
 
 class RawDriverHub:
     """The whole hub's three most frequent calls straight on Python's sqlite3: the same
-    statements hubstore runs (compiled from its own), on the same file and pragmas, with
-    nothing around them (no validation, no unit of work, no write lock, rows returned as
-    tuples with their JSON payload decoded). Poll, audit_log and heartbeat are about nine
-    in ten of the hub's calls and of its time; every other call goes to ``store``.
+    statements hubstore runs (compiled from its own), on the store's own writing
+    connection (so the same page cache, pragmas and file), with nothing around them (no
+    validation, no unit of work, no write lock, rows returned as tuples with their JSON
+    payload decoded). Poll, audit_log and heartbeat are about nine in ten of the hub's
+    calls and of its time; every other call goes to ``store``.
 
     Its capacity is an anchor, not a competitor: about the most any Python library could
     serve with this driver, this file's layout and these statements, so hubstore's
     figure over it is the share its own layers leave.
     """
 
-    def __init__(self, store: HubStore, path: str) -> None:
+    def __init__(self, store: HubStore) -> None:
         from hubstore.services import agents, messages
-        from hubstore.sqlite import CACHE_SIZE, WAL_AUTOCHECKPOINT
 
         self.store = store
-        self.db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        for pragma in (f"cache_size = {CACHE_SIZE}", "journal_mode = WAL",
-                       "synchronous = NORMAL", f"wal_autocheckpoint = {WAL_AUTOCHECKPOINT}"):
-            self.db.execute(f"PRAGMA {pragma}")
+        # The thread's kept writing connection (in autocommit between units of work): a
+        # connection of its own would find its page cache dropped after each of the
+        # store's writes, and the store's after each of its own.
+        with store.one_statement() as uow:
+            self.db: sqlite3.Connection = uow.driver
         self._heartbeat = _qmark(agents._HEARTBEAT_ONLINE)
         self._insert = _qmark(messages._INSERT)
         self._topics = _qmark(messages._AGENT_TOPICS)
@@ -1011,7 +1012,7 @@ class RawDriverHub:
         return getattr(self.store, name)
 
     def close(self) -> None:
-        self.db.close()
+        """Nothing to close: the connection is the store's."""
 
     def _run(self, statement: tuple[str, list[str], dict[str, Any]],
              values: dict[str, Any]) -> sqlite3.Cursor:
@@ -1049,13 +1050,6 @@ class RawDriverHub:
         return message_id
 
 
-def raw_driver_hub(store: HubStore, url: str) -> RawDriverHub:
-    """RawDriverHub on the SQLite file at ``url``."""
-    database = make_url(url).database
-    assert database, "the raw driver lane needs a SQLite file"
-    return RawDriverHub(store, database)
-
-
 def rss_bytes() -> int:
     """This process's resident set size now."""
     try:
@@ -1082,7 +1076,7 @@ def run_hub(url: str, agents: int, seconds: int, budget_s: float,
             store.register_agent(_hub_agent(a), "codex", topics=_topics(a))
         calls: Store = store
         if raw_driver:
-            calls = raw_driver_hub(store, url)
+            calls = RawDriverHub(store)
             stack.callback(calls.close)
         counters = HubCounters()
         ops = t = 0

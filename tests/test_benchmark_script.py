@@ -213,7 +213,7 @@ def test_raw_driver_lane_does_the_hubs_work_as_hubstore_does(tmp_path: Path) -> 
     with HubStore.open(url, auto_migrate=True) as store:
         store.register_agent("a", "codex", topics=["t.x"])
         store.register_agent("b", "codex", topics=["t.y"])
-        raw = bench_store.RawDriverHub(store, str(tmp_path / "hub.db"))
+        raw = bench_store.RawDriverHub(store)
         try:
             written = [raw.audit_log(type="event", from_agent="b", to_agent=to, topic=topic,
                                      payload={"k": k, "s": "é"})
