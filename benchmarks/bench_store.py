@@ -1461,10 +1461,8 @@ def raw_claim_loop(url: str, connected: Callable[[], None]) -> list[str]:
     finish_sql, finish_bound = _pyformat(_finish_with_event(False), dialect)
     names = list(table_of(AssignJob).c.keys())
     at_id, at_attempt = names.index("job_id"), names.index("attempt")
-    conninfo = make_url(url).set(drivername="postgresql", query={}).render_as_string(
-        hide_password=False)
     job_ids: list[str] = []
-    with psycopg.connect(conninfo, autocommit=True) as conn:
+    with psycopg.connect(_conninfo(url), autocommit=True) as conn:
         conn.execute("SELECT 1")
         connected()
         while True:
@@ -1482,10 +1480,69 @@ def raw_claim_loop(url: str, connected: Callable[[], None]) -> list[str]:
             job_ids.append(row[at_id])
 
 
+#: The bare queue of the --claim --raw-driver run: a job table with its key and the one
+#: partial index a claim needs, no triggers, no event; claimed and finished in two
+#: autocommit statements as hubstore's are. The least two commits per job cost here.
+BARE_TABLE = "bench_bare_jobs"
+_BARE_CLAIM = (f"UPDATE {BARE_TABLE} SET status = 'running' WHERE job_id = (SELECT job_id "
+               f"FROM {BARE_TABLE} WHERE status = 'queued' ORDER BY priority DESC, job_id "
+               "LIMIT 1 FOR UPDATE SKIP LOCKED) RETURNING job_id")
+_BARE_FINISH = (f"UPDATE {BARE_TABLE} SET status = 'succeeded', result = %s::jsonb "
+                "WHERE job_id = %s AND status = 'running'")
+
+
+def _conninfo(url: str) -> str:
+    """A SQLAlchemy PostgreSQL URL as libpq takes it."""
+    return make_url(url).set(drivername="postgresql", query={}).render_as_string(
+        hide_password=False)
+
+
+def create_bare_jobs(url: str, jobs: int) -> list[str]:
+    """The bare queue's table, made anew with ``jobs`` queued jobs; their ids."""
+    import psycopg
+
+    with psycopg.connect(_conninfo(url), autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {BARE_TABLE}")
+        conn.execute(f"CREATE TABLE {BARE_TABLE} (job_id text PRIMARY KEY, status text NOT "
+                     "NULL, priority int NOT NULL DEFAULT 5, result jsonb)")
+        conn.execute(f"CREATE INDEX ON {BARE_TABLE} (priority DESC, job_id) "
+                     "WHERE status = 'queued'")
+        ids = [uuidv7() for _ in range(jobs)]
+        with conn.cursor() as cursor:
+            cursor.executemany(f"INSERT INTO {BARE_TABLE} (job_id, status) VALUES (%s, "
+                               "'queued')", [(job_id,) for job_id in ids])
+        conn.execute(f"ANALYZE {BARE_TABLE}")
+    return ids
+
+
+def bare_statuses(url: str) -> dict[str, int]:
+    import psycopg
+
+    with psycopg.connect(_conninfo(url), autocommit=True) as conn:
+        return {status: count for status, count in conn.execute(
+            f"SELECT status, count(*) FROM {BARE_TABLE} GROUP BY status")}
+
+
+def bare_claim_loop(url: str, connected: Callable[[], None]) -> list[str]:
+    """claim_loop on the bare queue, psycopg alone, prepared, in autocommit."""
+    import psycopg
+
+    job_ids: list[str] = []
+    with psycopg.connect(_conninfo(url), autocommit=True) as conn:
+        conn.execute("SELECT 1")
+        connected()
+        while (row := conn.execute(_BARE_CLAIM, prepare=True).fetchone()) is not None:
+            done = conn.execute(_BARE_FINISH, ('{"ok": 1}', row[0]), prepare=True)
+            assert done.rowcount == 1, f"job {row[0]} was not finished"
+            job_ids.append(row[0])
+    return job_ids
+
+
 def claim_worker(index: int, url: str, ready: Any, start: Any, results: Any,
-                 raw_driver: bool = False) -> None:
+                 lane: str = "hubstore") -> None:
     """Child process: open its own store, wait for the start signal, claim until empty
-    (with ``raw_driver``, raw_claim_loop on a psycopg connection of its own).
+    (lane "raw": raw_claim_loop, "bare": bare_claim_loop, each on a psycopg connection
+    of its own).
 
     Sends a plain dict (index, job_ids, error) back: a class defined in this script
     would not unpickle in the parent, whose main module has another name.
@@ -1501,8 +1558,10 @@ def claim_worker(index: int, url: str, ready: Any, start: Any, results: Any,
         start.wait()
 
     try:
-        if raw_driver:
+        if lane == "raw":
             job_ids = raw_claim_loop(url, connected)
+        elif lane == "bare":
+            job_ids = bare_claim_loop(url, connected)
         else:
             with HubStore.open(url) as store:
                 store.get_hub_stats()  # connect before the start signal
@@ -1537,14 +1596,14 @@ def final_statuses(store: HubStore, ids: Sequence[str]) -> dict[str, int]:
     return counts
 
 
-def run_claim_processes(url: str, processes: int, raw_driver: bool = False
+def run_claim_processes(url: str, processes: int, lane: str = "hubstore"
                         ) -> tuple[list[ClaimReport], float]:
     ctx = mp.get_context("spawn")
     ready = ctx.Semaphore(0)
     start = ctx.Event()
     results = ctx.Queue()
     procs = [
-        ctx.Process(target=claim_worker, args=(k, url, ready, start, results, raw_driver))
+        ctx.Process(target=claim_worker, args=(k, url, ready, start, results, lane))
         for k in range(processes)
     ]
     for proc in procs:
@@ -1686,16 +1745,23 @@ def count_per_job(url: str, jobs: int, scratch: Path) -> dict[str, Any]:
 
 
 def claim_once(args: argparse.Namespace, url: str, log: Callable[[str], None],
-               raw_driver: bool = False) -> dict[str, Any]:
-    """One timed claim run on the empty database at ``url``, with its checks (the
-    jobs made and checked through hubstore; with ``raw_driver``, claimed and finished by
-    raw_claim_loop)."""
+               lane: str = "hubstore") -> dict[str, Any]:
+    """One timed claim run on the empty database at ``url``, with its checks: the jobs
+    made and checked through hubstore, claimed and finished by hubstore or (lane "raw")
+    raw_claim_loop; lane "bare": the bare queue's own jobs and loop."""
     log(f"database: {display_url(url)}; creating {args.jobs:,} jobs")
-    with HubStore.open(url, auto_migrate=True) as store:
-        ids = create_claim_jobs(store, args.jobs)
-        log(f"  {args.processes} {'raw psycopg ' if raw_driver else ''}processes claiming")
-        reports, wall = run_claim_processes(url, args.processes, raw_driver)
-        statuses = final_statuses(store, ids)
+    if lane == "bare":
+        ids = create_bare_jobs(url, args.jobs)
+        log(f"  {args.processes} bare-queue processes claiming")
+        reports, wall = run_claim_processes(url, args.processes, lane)
+        statuses = bare_statuses(url)
+    else:
+        with HubStore.open(url, auto_migrate=True) as store:
+            ids = create_claim_jobs(store, args.jobs)
+            log(f"  {args.processes} {'raw psycopg ' if lane == 'raw' else ''}processes "
+                "claiming")
+            reports, wall = run_claim_processes(url, args.processes, lane)
+            statuses = final_statuses(store, ids)
     claimed = [job_id for report in reports for job_id in report.job_ids]
     checks = {
         "claimed_total": len(claimed),
@@ -1718,20 +1784,24 @@ def run_claim(args: argparse.Namespace, target: Target, log: Callable[[str], Non
         raise SystemExit("--claim needs a database that several processes can open")
     runs = []
     raw_runs = []
+    bare_runs = []
     for k in range(args.repeat):
         if k:
             url = target.fresh()
         runs.append(claim_once(args, url, log))
         if args.raw_driver:  # alternating with hubstore's runs, each on an emptied database
             url = target.fresh()
-            raw_runs.append(claim_once(args, url, log, raw_driver=True))
-    failed = [run for run in [*runs, *raw_runs]
+            bare_runs.append(claim_once(args, url, log, lane="bare"))
+            url = target.fresh()  # (last: the per-job count below runs on hubstore's schema)
+            raw_runs.append(claim_once(args, url, log, lane="raw"))
+    failed = [run for run in [*runs, *raw_runs, *bare_runs]
               if run["errors"] or not all(v for n, v in run["checks"].items()
                                           if n != "claimed_total")]
     shown = failed[0] if failed else runs[-1]
     errors = [f"run {k + 1}, {error}" for k, run in enumerate(runs) for error in run["errors"]]
-    errors += [f"raw psycopg run {k + 1}, {error}" for k, run in enumerate(raw_runs)
-               for error in run["errors"]]
+    errors += [f"{label} run {k + 1}, {error}"
+               for label, lane in (("raw psycopg", raw_runs), ("bare queue", bare_runs))
+               for k, run in enumerate(lane) for error in run["errors"]]
     ok = not failed
     checks = shown["checks"]
     per_job = count_per_job(url, min(args.jobs, COUNTED_JOBS), target.workdir()) if ok else {}
@@ -1755,15 +1825,20 @@ def run_claim(args: argparse.Namespace, target: Target, log: Callable[[str], Non
     }
     if raw_runs:
         raw_rates = [run["jobs_per_s"] for run in raw_runs]
+        bare_rates = [run["jobs_per_s"] for run in bare_runs]
         payload.update({
             "raw_driver_runs": raw_runs, "raw_jobs_per_s_spread": spread(raw_rates),
             "share_of_raw": float(
-                f"{statistics.median(rates) / statistics.median(raw_rates):.4g}")})
+                f"{statistics.median(rates) / statistics.median(raw_rates):.4g}"),
+            "bare_queue_runs": bare_runs, "bare_jobs_per_s_spread": spread(bare_rates),
+            "raw_share_of_bare": float(
+                f"{statistics.median(raw_rates) / statistics.median(bare_rates):.4g}")})
     rows = [[f"{label}run {k + 1}", f"{run['jobs_per_s']:,.1f}",
              " ".join(f"{n:,}" for n in run["per_process"]),
              "yes" if run["checks"]["claimed_once"] and run["checks"]["all_succeeded"]
              else "NO"]
-            for label, lane in (("", runs), ("raw psycopg ", raw_runs))
+            for label, lane in (("", runs), ("raw psycopg ", raw_runs),
+                                ("bare queue ", bare_runs))
             for k, run in enumerate(lane)]
     table = format_table(["run", "jobs/s", "jobs per process", "each once"], rows)
     rate = spread(rates)
@@ -1780,6 +1855,11 @@ def run_claim(args: argparse.Namespace, target: Target, log: Callable[[str], Non
             f"raw psycopg, hubstore's two statements with nothing around them: "
             f"{raw_rate['median']:,.1f} jobs/s median (min {raw_rate['min']:,.1f}, max "
             f"{raw_rate['max']:,.1f}); hubstore/raw {payload['share_of_raw']:.2f}")
+        bare_rate = payload["bare_jobs_per_s_spread"]
+        lines.append(
+            f"bare queue (a key and one partial index, no triggers, no event), psycopg "
+            f"alone: {bare_rate['median']:,.1f} jobs/s median (min {bare_rate['min']:,.1f}, "
+            f"max {bare_rate['max']:,.1f}); raw/bare {payload['raw_share_of_bare']:.2f}")
     if per_job:
         trips = per_job.get("round_trips")
         lines.append(f"per job: {per_job['statements']} statements"

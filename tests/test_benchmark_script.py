@@ -171,6 +171,11 @@ def test_claim_mode_with_the_raw_driver_lane_claims_every_job_once(empty_url: UR
     assert raw["statuses"] == {"succeeded": 30} and sum(raw["per_process"]) == 30
     assert payload["share_of_raw"] == pytest.approx(
         payload["jobs_per_s"] / raw["jobs_per_s"], rel=1e-3)
+    (bare,) = payload["bare_queue_runs"]  # the anchor below both: two bare statements
+    assert bare["checks"]["claimed_once"] and bare["checks"]["all_claimed"]
+    assert bare["statuses"] == {"succeeded": 30}
+    assert payload["raw_share_of_bare"] == pytest.approx(
+        raw["jobs_per_s"] / bare["jobs_per_s"], rel=1e-3)
     engine = create_engine(empty_url)
     try:  # the last run's database: the raw lane's 30 jobs (then the counted run's)
         with engine.connect() as conn:
@@ -181,6 +186,35 @@ def test_claim_mode_with_the_raw_driver_lane_claims_every_job_once(empty_url: UR
     finally:
         engine.dispose()
     assert jobs >= 30 and unmatched == 0  # each job succeeded, with one completed event
+
+
+def test_pg_claim_costs_measures_each_layout_variant(empty_url: URL) -> None:
+    script = SCRIPT.with_name("pg_claim_costs.py")
+    command = [sys.executable, str(script), "--url", empty_url.render_as_string(False),
+               "--processes", "2", "--jobs", "20", "--repeat", "1", "--json-only"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    if empty_url.get_backend_name() != "postgresql":
+        assert done.returncode == 2 and "must be a PostgreSQL database" in done.stderr
+        return
+    assert done.returncode == 0, done.stderr
+    payload = json.loads(done.stdout)
+    assert list(payload["runs"]) == [
+        "hubstore's layout", "without the counter triggers", "without the message_log stamp",
+        "without either", "without either, 3 message indexes fewer"]
+    assert all(len(rates) == 1 and rates[0] > 0 for rates in payload["runs"].values())
+    engine = create_engine(empty_url)
+    try:  # the last variant's database: its triggers and indexes are gone, its jobs done
+        with engine.connect() as conn:
+            triggers = set(conn.execute(text(
+                "SELECT tgname FROM pg_trigger WHERE NOT tgisinternal AND tgrelid IN "
+                "('messages'::regclass, 'assign_jobs'::regclass)")).scalars())
+            jobs = conn.execute(text(
+                "SELECT count(*) FILTER (WHERE status = 'succeeded') FROM assign_jobs")).scalar()
+    finally:
+        engine.dispose()
+    assert not triggers & {"trg_hub_messages_insert", "trg_hub_assign_jobs_update",
+                           "trg_hub_message_log"}
+    assert jobs == 20
 
 
 def test_hub_mode_runs_the_same_mix_at_each_history_size(empty_url: URL) -> None:
