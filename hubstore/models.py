@@ -77,7 +77,7 @@ class Base(DeclarativeBase):
         keys = cls.column_keys()
         instance, state = cls.blank()
         values = instance.__dict__
-        values.update((keys[name], value) for name, value in row.items())
+        values.update(zip(map(keys.__getitem__, row), row.values(), strict=True))
         key = values.get(cls._key_attr)
         if key is not None:  # the identity the Session gives a row it loads
             state.key = (cls, (key,), None)

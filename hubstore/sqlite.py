@@ -131,13 +131,25 @@ class WriterLock:
         if self._fork != forks.generation():  # a forked child: the parent's lock isn't ours
             self._threads, self._fd = threading.Lock(), None
             self._fork = forks.generation()
-        deadline = time.monotonic() + self.timeout_s
-        if not self._threads.acquire(timeout=self.timeout_s):
-            raise self._busy("another thread of this process")
+        deadline = None
+        if not self._threads.acquire(False):
+            deadline = time.monotonic() + self.timeout_s
+            if not self._threads.acquire(timeout=self.timeout_s):
+                raise self._busy("another thread of this process")
         if fcntl is None:
             return
+        fd = self._fd
+        if fd is not None:  # the common case, uncontended: one system call, no loop
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                pass
+            except BaseException:
+                self._threads.release()
+                raise
         try:
-            self._lock_file(deadline)
+            self._lock_file(time.monotonic() + self.timeout_s if deadline is None else deadline)
         except BaseException:
             self._threads.release()
             raise
