@@ -53,6 +53,15 @@ def bench(url: URL, *args: str) -> dict[str, Any]:
     return payload
 
 
+def refused(url: URL, *args: str, script: Path = SCRIPT) -> str:
+    """Run a benchmark script expecting its command line refused (exit 2); its stderr."""
+    done = subprocess.run(
+        [sys.executable, str(script), "--url", url.render_as_string(hide_password=False),
+         *args], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2, done.stderr
+    return done.stderr
+
+
 def test_standard_run_reports_every_workload_beside_the_published_figures(
         empty_url: URL) -> None:
     payload = bench(empty_url, "-n", "4", "--repeat", "1")
@@ -157,10 +166,7 @@ def test_claim_mode_with_the_raw_driver_lane_claims_every_job_once(empty_url: UR
     """The psycopg-alone claimers run hubstore's statements: each job claimed once and
     finished (succeeded, with its completed event), as hubstore's own claimers do."""
     if empty_url.get_backend_name() != "postgresql":
-        done = subprocess.run(
-            [sys.executable, str(SCRIPT), "--url", empty_url.render_as_string(False),
-             "--claim", "--raw-driver"], capture_output=True, text=True, timeout=60)
-        assert done.returncode == 2 and "PostgreSQL (psycopg) only" in done.stderr
+        assert "PostgreSQL (psycopg) only" in refused(empty_url, "--claim", "--raw-driver")
         return
     payload = bench(empty_url, "--claim", "--processes", "2", "--jobs", "30", "--repeat", "1",
                     "--raw-driver")
@@ -190,12 +196,13 @@ def test_claim_mode_with_the_raw_driver_lane_claims_every_job_once(empty_url: UR
 
 def test_pg_claim_costs_measures_each_layout_variant(empty_url: URL) -> None:
     script = SCRIPT.with_name("pg_claim_costs.py")
-    command = [sys.executable, str(script), "--url", empty_url.render_as_string(False),
-               "--processes", "2", "--jobs", "20", "--repeat", "1", "--json-only"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     if empty_url.get_backend_name() != "postgresql":
-        assert done.returncode == 2 and "must be a PostgreSQL database" in done.stderr
+        assert "must be a PostgreSQL database" in refused(empty_url, script=script)
         return
+    done = subprocess.run(
+        [sys.executable, str(script), "--url", empty_url.render_as_string(False),
+         "--processes", "2", "--jobs", "20", "--repeat", "1", "--json-only"],
+        capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     payload = json.loads(done.stdout)
     assert list(payload["runs"]) == [
@@ -281,10 +288,7 @@ def test_raw_driver_lane_does_the_hubs_work_as_hubstore_does(tmp_path: Path) -> 
 
 def test_standard_run_with_the_raw_driver_lane(empty_url: URL) -> None:
     if empty_url.get_backend_name() != "sqlite":
-        done = subprocess.run(
-            [sys.executable, str(SCRIPT), "--url", empty_url.render_as_string(False),
-             "--raw-driver"], capture_output=True, text=True, timeout=60)
-        assert done.returncode == 2 and "SQLite files only" in done.stderr
+        assert "SQLite files only" in refused(empty_url, "--raw-driver")
         return
     payload = bench(empty_url, "-n", "5", "--repeat", "2", "--raw-driver")
     raw_lane = {"heartbeat", "audit_log", "poll_for_agent"}
@@ -299,10 +303,7 @@ def test_standard_run_with_the_raw_driver_lane(empty_url: URL) -> None:
 
 def test_hub_mode_with_the_raw_driver_lane_runs_the_same_mix(empty_url: URL) -> None:
     if empty_url.get_backend_name() != "sqlite":
-        done = subprocess.run(
-            [sys.executable, str(SCRIPT), "--url", empty_url.render_as_string(False),
-             "--hub", "--raw-driver"], capture_output=True, text=True, timeout=60)
-        assert done.returncode == 2 and "SQLite files only" in done.stderr
+        assert "SQLite files only" in refused(empty_url, "--hub", "--raw-driver")
         return
     payload = bench(empty_url, "--hub", "--scales", "0", "--agents", "100", "--seconds", "3",
                     "--budget", "600", "--repeat", "1", "--raw-driver")
