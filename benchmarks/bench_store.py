@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import importlib
 import json
 import multiprocessing as mp
@@ -656,11 +655,8 @@ def run_plan(url: str, plan: Sequence[str], ops: int, raw_driver: bool = False
     """Every workload of the plan, in order, on the store at `url`: ops/s of each. With
     ``raw_driver``, RAW_WORKLOADS run on RawDriverHub (the others, which they rely on,
     through hubstore) and only theirs are returned."""
-    with HubStore.open(url) as store, contextlib.ExitStack() as stack:
-        calls: Store = store
-        if raw_driver:
-            calls = RawDriverHub(store)
-            stack.callback(calls.close)
+    with HubStore.open(url) as store:
+        calls: Store = RawDriverHub(store) if raw_driver else store
         rates = {name: time_workload(calls, WORKLOADS[name], ops) for name in plan}
     return {name: rate for name, rate in rates.items()
             if not raw_driver or name in RAW_WORKLOADS}
@@ -1011,9 +1007,6 @@ class RawDriverHub:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.store, name)
 
-    def close(self) -> None:
-        """Nothing to close: the connection is the store's."""
-
     def _run(self, statement: tuple[str, list[str], dict[str, Any]],
              values: dict[str, Any]) -> sqlite3.Cursor:
         sql, names, bound = statement
@@ -1071,13 +1064,10 @@ def run_hub(url: str, agents: int, seconds: int, budget_s: float,
     hub's polls, audit_log calls and heartbeats run on Python's sqlite3 alone
     (RawDriverHub).
     """
-    with HubStore.open(url) as store, contextlib.ExitStack() as stack:
+    with HubStore.open(url) as store:
         for a in range(agents):
             store.register_agent(_hub_agent(a), "codex", topics=_topics(a))
-        calls: Store = store
-        if raw_driver:
-            calls = RawDriverHub(store)
-            stack.callback(calls.close)
+        calls: Store = RawDriverHub(store) if raw_driver else store
         counters = HubCounters()
         ops = t = 0
         warm_rss: int | None = None

@@ -255,35 +255,32 @@ def test_raw_driver_lane_does_the_hubs_work_as_hubstore_does(tmp_path: Path) -> 
         store.register_agent("a", "codex", topics=["t.x"])
         store.register_agent("b", "codex", topics=["t.y"])
         raw = bench_store.RawDriverHub(store)
-        try:
-            written = [raw.audit_log(type="event", from_agent="b", to_agent=to, topic=topic,
-                                     payload={"k": k, "s": "é"})
-                       for k, (to, topic) in enumerate(
-                           [("a", "t.q"), ("topic:t.x", "t.x"), ("b", "t.q"),
-                            ("topic:t.y", "t.y"), ("a", "t.y")] * 8)]
-            message = store.get_message(written[0])
-            assert message is not None
-            assert (message.type, message.from_agent, message.to_agent, message.topic,
-                    message.payload, message.status, message.priority) == (
-                "event", "b", "a", "t.q", {"k": 0, "s": "é"}, "queued", 5)
-            assert message.expires_at_ms - message.created_at_ms == 300_000
-            # a: 16 sent to it and 8 to topic:t.x, cut at 20; b: 8 and 8 to topic:t.y
-            for agent, count in (("a", 20), ("b", 16)):
-                ours = store.poll_for_agent(agent)
-                rows = raw.poll_for_agent(agent)
-                assert len(rows) == count
-                assert [m.id for m in ours] == [row[0] for row in rows]
-                assert [m.payload for m in ours] == [row[11] for row in rows]
-            before = store.get_agent("a")
-            assert before is not None
-            raw.refresh_lease("a")
-            after = store.get_agent("a")
-            assert after is not None
-            assert after.last_seen_ms >= before.last_seen_ms
-            assert after.lease_expires_ms == after.last_seen_ms + 30_000
-            assert after.lease_expires_ms != before.lease_expires_ms
-        finally:
-            raw.close()
+        written = [raw.audit_log(type="event", from_agent="b", to_agent=to, topic=topic,
+                                 payload={"k": k, "s": "é"})
+                   for k, (to, topic) in enumerate(
+                       [("a", "t.q"), ("topic:t.x", "t.x"), ("b", "t.q"),
+                        ("topic:t.y", "t.y"), ("a", "t.y")] * 8)]
+        message = store.get_message(written[0])
+        assert message is not None
+        assert (message.type, message.from_agent, message.to_agent, message.topic,
+                message.payload, message.status, message.priority) == (
+            "event", "b", "a", "t.q", {"k": 0, "s": "é"}, "queued", 5)
+        assert message.expires_at_ms - message.created_at_ms == 300_000
+        # a: 16 sent to it and 8 to topic:t.x, cut at 20; b: 8 and 8 to topic:t.y
+        for agent, count in (("a", 20), ("b", 16)):
+            ours = store.poll_for_agent(agent)
+            rows = raw.poll_for_agent(agent)
+            assert len(rows) == count
+            assert [m.id for m in ours] == [row[0] for row in rows]
+            assert [m.payload for m in ours] == [row[11] for row in rows]
+        before = store.get_agent("a")
+        assert before is not None
+        raw.refresh_lease("a")
+        after = store.get_agent("a")
+        assert after is not None
+        assert after.last_seen_ms >= before.last_seen_ms
+        assert after.lease_expires_ms == after.last_seen_ms + 30_000
+        assert after.lease_expires_ms != before.lease_expires_ms
 
 
 def test_standard_run_with_the_raw_driver_lane(empty_url: URL) -> None:
