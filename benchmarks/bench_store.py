@@ -966,14 +966,20 @@ def hub_second(store: Store, t: int, agents: int, counters: HubCounters) -> int:
     return ops
 
 
-def _qmark(prepared: Any) -> tuple[str, list[str], dict[str, Any]]:
-    """A hubstore statement as SQLite runs it: its SQL text, its parameters' names in
-    order, and the values of those it binds itself (a literal OFFSET 0, say)."""
-    from sqlalchemy.dialects import sqlite as sqlite_dialect
-
-    compiled = prepared.statement.compile(dialect=sqlite_dialect.dialect())
+def driver_statement(prepared: Any, dialect: Any) -> tuple[str, list[str], dict[str, Any]]:
+    """A hubstore statement as the driver runs it: its SQL text (with the dialect's
+    casts), its parameters' names in order (qmark style; [] for named ones), and the
+    values of those it binds itself (a literal OFFSET 0, say)."""
+    compiled = prepared.statement.compile(dialect=dialect)
     bound = {name: bind.value for name, bind in compiled.binds.items() if not bind.required}
     return str(compiled), list(compiled.positiontup or []), bound
+
+
+def _qmark(prepared: Any) -> tuple[str, list[str], dict[str, Any]]:
+    """driver_statement for Python's sqlite3."""
+    from sqlalchemy.dialects import sqlite as sqlite_dialect
+
+    return driver_statement(prepared, sqlite_dialect.dialect())
 
 
 class RawDriverHub:
@@ -1429,14 +1435,6 @@ def claim_loop(store: HubStore) -> list[str]:
     return job_ids
 
 
-def _pyformat(prepared: Any, dialect: Any) -> tuple[str, dict[str, Any]]:
-    """A hubstore statement as psycopg runs it: its SQL text (with the dialect's casts)
-    and the values of the parameters it binds itself."""
-    compiled = prepared.statement.compile(dialect=dialect)
-    return str(compiled), {name: bind.value for name, bind in compiled.binds.items()
-                           if not bind.required}
-
-
 def raw_claim_loop(url: str, connected: Callable[[], None]) -> list[str]:
     """claim_loop on psycopg alone: hubstore's own claim and routine-finish statements
     (compiled from its own), prepared, in autocommit, with nothing around them (no
@@ -1447,8 +1445,8 @@ def raw_claim_loop(url: str, connected: Callable[[], None]) -> list[str]:
     from hubstore.services.assign_hub import _CLAIM, _finish_with_event
 
     dialect = create_engine(url).dialect  # the URL's own (psycopg), as hubstore compiles
-    claim_sql, claim_bound = _pyformat(_CLAIM, dialect)
-    finish_sql, finish_bound = _pyformat(_finish_with_event(False), dialect)
+    claim_sql, _, claim_bound = driver_statement(_CLAIM, dialect)
+    finish_sql, _, finish_bound = driver_statement(_finish_with_event(False), dialect)
     names = list(table_of(AssignJob).c.keys())
     at_id, at_attempt = names.index("job_id"), names.index("attempt")
     job_ids: list[str] = []

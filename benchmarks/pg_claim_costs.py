@@ -46,12 +46,7 @@ VARIANTS: tuple[tuple[str, str | None], ...] = (
 
 def fresh(url: str, change: str | None) -> None:
     """Empty the database, migrate it to head, then apply ``change`` (DDL) to it."""
-    engine = create_engine(url)
-    try:
-        with engine.begin() as conn:
-            conn.execute(text("DROP SCHEMA public CASCADE; CREATE SCHEMA public"))
-    finally:
-        engine.dispose()
+    bench_store._pg_reset(url)
     with HubStore.open(url, auto_migrate=True):
         pass
     if change is not None:
