@@ -84,6 +84,7 @@ from sqlalchemy import create_engine, event, insert, inspect, make_url, text
 from sqlalchemy.engine import URL
 
 from hubstore import HubStore
+from hubstore.dialects import dialect_for
 from hubstore.ids import now_ms, uuidv7
 from hubstore.models import Agent, AssignJob, Message, ReflexionEntry, table_of
 from hubstore.reflexion import learn_from_error, lookup_solution
@@ -1030,7 +1031,7 @@ class RawDriverHub:
         topics = json.loads(topics_json)
         statement = self._polls.get(len(topics))
         if statement is None:
-            statement = self._polls[len(topics)] = _qmark(_poll_statement("sqlite", len(topics)))
+            statement = self._polls[len(topics)] = _qmark(_poll_statement(dialect_for("sqlite"), len(topics)))
         values = {"p_agent_id": agent_id, "p_limit": DEFAULT_POLL,
                   **{f"p_topic_{k}": topic for k, topic in enumerate(topics)}}
         at = self._payload
@@ -1446,7 +1447,7 @@ def raw_claim_loop(url: str, connected: Callable[[], None]) -> list[str]:
 
     dialect = create_engine(url).dialect  # the URL's own (psycopg), as hubstore compiles
     claim_sql, _, claim_bound = driver_statement(_CLAIM, dialect)
-    finish_sql, _, finish_bound = driver_statement(_finish_with_event(False), dialect)
+    finish_sql, _, finish_bound = driver_statement(_finish_with_event(dialect_for("postgresql"), False), dialect)
     names = list(table_of(AssignJob).c.keys())
     at_id, at_attempt = names.index("job_id"), names.index("attempt")
     job_ids: list[str] = []

@@ -2,9 +2,10 @@
 
 Python's type system cannot turn a class's methods into coroutines (there is no mapped
 type over methods), and a ``__getattr__`` would hand users ``Any``. So the async methods
-are written out, from the source of the operations mixins that :class:`HubOperations`
-lists: the same names, parameters, defaults and annotations, each awaiting the sync
-method through ``_call`` (typed with a ParamSpec, so mypy checks every forwarding).
+are written out, from the source of the service functions that :class:`HubOperations`
+lists: the same names, parameters (the scope becomes ``self``), defaults and
+annotations, each awaiting the sync method through ``_call`` (typed with a ParamSpec, so
+mypy checks every forwarding).
 
 Run ``python -m hubstore._aio_codegen`` after changing a store method's signature;
 tests/test_aio.py fails while the written file is not what this produces.
@@ -21,9 +22,9 @@ import sys
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from hubstore.services import HubOperations
-from hubstore.services.base import Operations
+from hubstore.operations import HubOperations
 
 TARGET = Path(__file__).with_name("_aio_ops.py")
 
@@ -43,7 +44,7 @@ from typing import TYPE_CHECKING, ParamSpec, TypeVar
 {imports}
 
 if TYPE_CHECKING:
-    from hubstore.services import HubOperations
+    from hubstore.operations import HubOperations
 {checking_imports}
 
 _P = ParamSpec("_P")
@@ -135,28 +136,28 @@ def _docstring(text: str) -> str:
     return body + ("\n" + " " * 8 + quote if "\n" in body else quote)
 
 
-def _mixins() -> list[type]:
-    return [cls for cls in HubOperations.__mro__
-            if cls not in (HubOperations, Operations, object)]
+def _store_functions() -> list[Any]:
+    """The service functions HubOperations lists, in its order."""
+    return [value for name, value in vars(HubOperations).items()
+            if inspect.isfunction(value) and not name.startswith("_")
+            and value.__module__ != HubOperations.__module__]
 
 
 def generate() -> str:
     """The module's text, before formatting."""
     methods: list[str] = []
-    seen: set[str] = {"unit_of_work"}
     runtime: dict[str, set[str]] = {}
     checking: dict[str, set[str]] = {}
-    for cls in _mixins():
-        path = Path(inspect.getfile(cls))
+    for function in _store_functions():
+        path = Path(inspect.getfile(function))
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        names = _module_names(cls.__module__, tree)
-        (node,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls.__name__]
-        for item in node.body:
-            if not isinstance(item, ast.FunctionDef) or item.name.startswith("_") \
-                    or item.name in seen or item.decorator_list:
+        names = _module_names(function.__module__, tree)
+        for item in tree.body:
+            if not isinstance(item, ast.FunctionDef) or item.name != function.__name__:
                 continue
-            seen.add(item.name)
             args = item.args
+            first = [*args.posonlyargs, *args.args][0]
+            first.arg, first.annotation = "self", None  # the scope: the async object
             annotations: list[ast.AST | None] = [
                 a.annotation for a in [*args.posonlyargs, *args.args, *args.kwonlyargs]]
             annotations += [args.vararg and args.vararg.annotation,
@@ -169,7 +170,8 @@ def generate() -> str:
                         continue
                     module, real, type_only = names.origin[name]
                     if real != name:
-                        raise ValueError(f"{cls.__name__}.{item.name}: aliased import {name}")
+                        raise ValueError(f"{function.__module__}.{item.name}: aliased import "
+                                         f"{name}")
                     target = into if into is not None else (checking if type_only else runtime)
                     target.setdefault(module, set()).add(name)
             signature = ast.unparse(args)

@@ -40,7 +40,7 @@ from hubstore.types import (
 )
 
 if TYPE_CHECKING:
-    from hubstore.services import HubOperations
+    from hubstore.operations import HubOperations
 
 
 _P = ParamSpec("_P")

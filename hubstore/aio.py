@@ -48,6 +48,7 @@ from sqlalchemy.engine import URL
 
 from hubstore import signals
 from hubstore._aio_ops import AsyncOperations
+from hubstore.database import AssignListener
 from hubstore.engine import BUSY_TIMEOUT_MS
 from hubstore.ids import now_ms
 from hubstore.models import AssignJob, Message, table_of
@@ -56,12 +57,12 @@ from hubstore.services.waiting import (
     check_batch,
     deadline_after,
 )
-from hubstore.store import AssignListener, HubStore
+from hubstore.store import HubStore
 from hubstore.types import AssignEvent
 from hubstore.validation import require_id
 
 if TYPE_CHECKING:
-    from hubstore.services import HubOperations
+    from hubstore.operations import HubOperations
     from hubstore.uow import UnitOfWork
 
 __all__ = ["AsyncHubStore", "AsyncMessageFeed", "AsyncUnitOfWork"]

@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from contextvars import ContextVar
-from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any, cast
 
-from sqlalchemy import Engine, inspect
+from sqlalchemy import Engine
 from sqlalchemy.engine import URL
 
 from hubstore.connections import ConnectionSource
+from hubstore.database import AssignListener, Database, Features, OpenUnitOfWork
 from hubstore.db_errors import translate
 from hubstore.engine import BUSY_TIMEOUT_MS, create_hub_engine
 from hubstore.errors import (
@@ -21,18 +21,11 @@ from hubstore.errors import (
     SchemaNotCurrent,
     ValidationError,
 )
-from hubstore.services import HubOperations
+from hubstore.operations import HubOperations
 from hubstore.services.waiting import WaitingOps
-from hubstore.types import AssignEvent
 from hubstore.uow import UnitOfWork
 from hubstore.urls import resolve_url, sqlite_path
 from hubstore.validation import require_int
-
-if TYPE_CHECKING:
-    from hubstore.models import AssignJob
-
-#: A status listener: called with the event (AssignEvent) and the job after each commit.
-AssignListener = Callable[[AssignEvent, "AssignJob"], object]
 
 
 def open_error(exc: Exception) -> HubStoreError:
@@ -47,29 +40,6 @@ def open_error(exc: Exception) -> HubStoreError:
     return HubStoreError(f"cannot open the store: {type(exc).__name__}: {exc}")
 
 
-@dataclass(frozen=True)
-class Features:
-    """Optional schema support that revisions 0003 and 0004 install where the database
-    has it: trigger-kept counters (deltas too on PostgreSQL), SQLite's FTS5 trigram index;
-    on SQLite, message inserts counted by their message_log rows (0009)."""
-
-    counters: bool = False
-    counter_deltas: bool = False
-    reflexion_fts: bool = False
-    log_counts: bool = False
-
-    @classmethod
-    def detect(cls, engine: Engine) -> Features:
-        inspector = inspect(engine)
-        names = set(inspector.get_table_names())
-        return cls(counters="hub_counters" in names,
-                   counter_deltas="hub_counter_deltas" in names,
-                   reflexion_fts="reflexion_entries_fts" in names,
-                   log_counts="hub_counters" in names and "message_log" in names and any(
-                       c["name"] == "queue_at_insert"
-                       for c in inspector.get_columns("message_log")))
-
-
 class HubStore(WaitingOps, HubOperations):
     """The hub's store. Each method called here is a unit of work of its own.
 
@@ -79,15 +49,16 @@ class HubStore(WaitingOps, HubOperations):
     """
 
     def __init__(self, engine: Engine, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
-        self.engine = engine
-        self.url: URL = engine.url
-        self.dialect: str = engine.dialect.name
-        self.assign_listeners: list[AssignListener] = []
-        self.features = Features.detect(engine)
-        self.connections = ConnectionSource(engine, busy_timeout_ms=busy_timeout_ms)
+        #: What units of work run against (engine, connections, listeners, ...).
+        self.db = db = Database(engine, busy_timeout_ms=busy_timeout_ms)
+        self.engine: Engine = engine
+        self.url: URL = db.url
+        self.dialect: str = db.dialect
+        self.assign_listeners: list[AssignListener] = db.assign_listeners
+        self.features: Features = db.features
+        self.connections: ConnectionSource = db.connections
         #: The unit of work open in this thread or task, which store calls join.
-        self.current_uow: ContextVar[UnitOfWork | None] = ContextVar(
-            f"hubstore_uow_{id(self):x}", default=None)
+        self.current_uow: ContextVar[OpenUnitOfWork | None] = db.current_uow
 
     @classmethod
     def open(cls, url: str | URL | None = None, *, auto_migrate: bool = False,
@@ -150,8 +121,8 @@ class HubStore(WaitingOps, HubOperations):
         """
         current = self.current_uow.get()
         if current is not None:
-            return current.savepoint(write)
-        return UnitOfWork(self, write=write)
+            return cast(AbstractContextManager[UnitOfWork], current.savepoint(write))
+        return UnitOfWork(self.db, write=write)
 
     def one_statement(self) -> AbstractContextManager[UnitOfWork]:
         """A writing unit of work for a store method that runs one statement: on
@@ -168,8 +139,8 @@ class HubStore(WaitingOps, HubOperations):
     def _single_statement(self, *, write: bool) -> AbstractContextManager[UnitOfWork]:
         current = self.current_uow.get()
         if current is not None:
-            return current.savepoint(write)
-        return UnitOfWork(self, write=write, single_statement=True)
+            return cast(AbstractContextManager[UnitOfWork], current.savepoint(write))
+        return UnitOfWork(self.db, write=write, single_statement=True)
 
     def on_assign_status_change(self, listener: AssignListener) -> Callable[[], None]:
         """Call ``listener(event, job)`` after each committed assign status change.

@@ -52,7 +52,7 @@ from hubstore.models import (
     ReflexionEntry,
 )
 from hubstore.results import AssignOutcome
-from hubstore.services import HubOperations
+from hubstore.operations import HubOperations
 from hubstore.services.waiting import MessageFeed, WaitingOps
 from hubstore.types import AssignPatch, PipelineFields, ReflexionPatch
 from hubstore.validation import MAX_KEY_BYTES

@@ -123,7 +123,7 @@ def _fill(store: HubStore, count: int) -> None:
 
 def _plan(store: HubStore) -> str:
     with store.unit_of_work(write=False) as uow:
-        prepared = list_statement(uow.dialect, False, False, True)
+        prepared = list_statement(uow.sql, False, False, True)
         assert isinstance(prepared.statement, ClauseElement)
         compiled = prepared.statement.compile(dialect=uow.connection.dialect)
         assert isinstance(compiled, SQLCompiler)

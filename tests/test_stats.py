@@ -168,9 +168,10 @@ def test_postgresql_fold_vacuums_the_rows_it_deleted(store: HubStore, backend: s
 def test_expiry_sweep_reads_one_range_of_the_queued_index(store: HubStore, backend: str) -> None:
     """sweep_expired reads the partial idx_messages_expires (queued messages only, since
     revision 0011): no scan, and no walk over messages that expired long ago."""
+    from hubstore.dialects import dialect_for
     from hubstore.services.stats import expire_queued
 
-    plan = query_plan(store, expire_queued(backend, 90_000_000))
+    plan = query_plan(store, expire_queued(dialect_for(backend), 90_000_000))
     if backend == "sqlite":
         assert "USING INDEX idx_messages_expires (expires_at_ms<?)" in plan, plan
     else:

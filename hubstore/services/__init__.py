@@ -1,29 +1,10 @@
-"""One module per concern. Each holds an operations mixin whose methods run in a unit of work.
+"""The store's business rules, one module per concern.
 
-A method is written once: it opens ``self.unit_of_work()``. On a
-:class:`~hubstore.uow.UnitOfWork` that joins the current transaction (as a savepoint);
-on the :class:`~hubstore.store.HubStore` facade it opens a unit of work of its own. So
-the facade and the unit of work share every method, type-checked, with no wrappers.
-:class:`HubOperations` lists the mixins once; both classes inherit it.
+Each store method is a plain function whose first argument is a
+:class:`~hubstore.transaction.Scope`: it validates its arguments, then opens the unit of
+work it runs in (``scope.unit_of_work()``, ``scope.one_statement()`` or
+``scope.one_read()``) and runs its statements there. A service that needs another's work
+calls that module's function with its unit of work (``messages.record_message(uow, ...)``),
+never the facade. :mod:`hubstore.operations` lists them as methods of the store and of
+the unit of work.
 """
-
-from hubstore.services.agents import AgentOps
-from hubstore.services.assign_hub import AssignHubOps
-from hubstore.services.assigns import AssignOps
-from hubstore.services.dead_letters import DeadLetterOps
-from hubstore.services.human_requests import HumanRequestOps
-from hubstore.services.messages import MessageOps
-from hubstore.services.pipelines import PipelineOps
-from hubstore.services.reflexion import ReflexionOps
-from hubstore.services.retention import RetentionOps
-from hubstore.services.stats import StatsOps
-
-
-class HubOperations(
-    AgentOps, MessageOps, HumanRequestOps, DeadLetterOps, AssignOps, AssignHubOps,
-    ReflexionOps, PipelineOps, StatsOps, RetentionOps,
-):
-    """Every store method: the one list of operation mixins (facade and unit of work)."""
-
-
-__all__ = ["HubOperations"]

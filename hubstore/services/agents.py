@@ -6,21 +6,19 @@ import functools
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import bindparam, exists, func, select, type_coerce, update
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy import bindparam, select, update
 
+from hubstore.dialects import SqlDialect
 from hubstore.ids import now_ms, uuidv7
 from hubstore.models import AGENT_CLIS, AGENT_STATUSES, Agent, table_of
 from hubstore.results import Lease
 from hubstore.services.base import (
-    Operations,
     Prepared,
     const,
-    natural_order,
     resolve_now,
     update_row,
-    upsert,
 )
+from hubstore.transaction import Scope
 from hubstore.types import AgentCli, AgentStatus
 from hubstore.validation import (
     json_list,
@@ -53,110 +51,110 @@ _REGISTER_COLUMNS = ("cli", "pid", "capabilities_json", "topics_json", "last_see
 
 
 @functools.cache
-def _register_statement(dialect: str) -> Prepared:
+def _register_statement(sql: SqlDialect) -> Prepared:
     """INSERT ... ON CONFLICT (agent_id) DO UPDATE, built once per dialect."""
-    insert = upsert(dialect, _agents)
+    insert = sql.insert(_agents)
     return Prepared(insert.on_conflict_do_update(
         index_elements=[_agents.c.agent_id],
         set_={name: insert.excluded[name] for name in _REGISTER_COLUMNS}))
 
 
-class AgentOps(Operations):
-    """Agents, their leases and topics."""
+def register_agent(scope: Scope, agent_id: str, cli: AgentCli, pid: int | None = None,
+                   capabilities: Iterable[Any] = (), topics: Iterable[str] = (),
+                   heartbeat_ttl_ms: int = 30_000,
+                   metadata: dict[str, Any] | None = None) -> Lease:
+    """Insert or update the agent as online with a fresh lease."""
+    require_id(agent_id, "agent_id")
+    require_enum(cli, AGENT_CLIS, "cli")
+    optional_int(pid, "pid")
+    caps = json_list(capabilities, "capabilities")
+    topic_list = string_list(topics, "topics")
+    ttl = require_duration(heartbeat_ttl_ms, "heartbeat_ttl_ms")
+    meta = json_object(metadata, "metadata")
+    with scope.one_statement() as uow:  # the upsert
+        now = now_ms()
+        values = {
+            "agent_id": agent_id, "cli": cli, "pid": pid, "capabilities_json": caps,
+            "topics_json": topic_list, "last_seen_ms": now, "lease_expires_ms": now + ttl,
+            "status": "online", "metadata_json": meta,
+        }
+        _register_statement(uow.sql).run(uow, values)
+    return Lease(agent_id, uuidv7(), now + ttl, now)
 
-    def register_agent(self, agent_id: str, cli: AgentCli, pid: int | None = None,
-                       capabilities: Iterable[Any] = (), topics: Iterable[str] = (),
-                       heartbeat_ttl_ms: int = 30_000,
-                       metadata: dict[str, Any] | None = None) -> Lease:
-        """Insert or update the agent as online with a fresh lease."""
-        require_id(agent_id, "agent_id")
-        require_enum(cli, AGENT_CLIS, "cli")
-        optional_int(pid, "pid")
-        caps = json_list(capabilities, "capabilities")
-        topic_list = string_list(topics, "topics")
-        ttl = require_duration(heartbeat_ttl_ms, "heartbeat_ttl_ms")
-        meta = json_object(metadata, "metadata")
-        with self.one_statement() as uow:  # the upsert
-            now = now_ms()
-            values = {
-                "agent_id": agent_id, "cli": cli, "pid": pid, "capabilities_json": caps,
-                "topics_json": topic_list, "last_seen_ms": now, "lease_expires_ms": now + ttl,
-                "status": "online", "metadata_json": meta,
-            }
-            _register_statement(uow.dialect).run(uow, values)
-        return Lease(agent_id, uuidv7(), now + ttl, now)
 
-    def get_agent(self, agent_id: str) -> Agent | None:
-        """The agent, or None."""
-        lookup_key(agent_id, "agent_id")
-        with self.unit_of_work(write=False) as uow:
-            return uow.session.get(Agent, agent_id)
+def get_agent(scope: Scope, agent_id: str) -> Agent | None:
+    """The agent, or None."""
+    lookup_key(agent_id, "agent_id")
+    with scope.unit_of_work(write=False) as uow:
+        return uow.session.get(Agent, agent_id)
 
-    def refresh_lease(self, agent_id: str, ttl_ms: int = 30_000) -> Lease:
-        """Heartbeat: last seen now, lease now + ttl, status online."""
-        require_id(agent_id, "agent_id")
-        ttl = require_duration(ttl_ms, "ttl_ms")
-        with self.one_statement() as uow:
-            now = now_ms()
-            values = {"p_agent_id": agent_id, "p_now": now, "p_expires": now + ttl}
-            online = _HEARTBEAT_ONLINE.run(uow, values)
-        if not online:  # stale, offline or unknown: the heartbeat that sets the status
-            with self.one_statement() as uow:
-                _HEARTBEAT.run(uow, values)
-        return Lease(agent_id, None, now + ttl, now)
 
-    def update_agent_topics(self, agent_id: str, topics: Iterable[str]) -> bool:
-        """Replace the agent's topics; True when the agent exists."""
-        require_id(agent_id, "agent_id")
-        topic_list = string_list(topics, "topics")
-        with self.unit_of_work() as uow:
-            return update_row(uow, _agents, agent_id, topics_json=topic_list,
-                              last_seen_ms=now_ms())
+def refresh_lease(scope: Scope, agent_id: str, ttl_ms: int = 30_000) -> Lease:
+    """Heartbeat: last seen now, lease now + ttl, status online."""
+    require_id(agent_id, "agent_id")
+    ttl = require_duration(ttl_ms, "ttl_ms")
+    with scope.one_statement() as uow:
+        now = now_ms()
+        values = {"p_agent_id": agent_id, "p_now": now, "p_expires": now + ttl}
+        online = _HEARTBEAT_ONLINE.run(uow, values)
+    if not online:  # stale, offline or unknown: the heartbeat that sets the status
+        with scope.one_statement() as uow:
+            _HEARTBEAT.run(uow, values)
+    return Lease(agent_id, None, now + ttl, now)
 
-    def list_online_agents(self) -> list[Agent]:
-        """Agents that are not offline (stale ones count)."""
-        with self.unit_of_work(write=False) as uow:
-            stmt = (select(Agent).where(Agent.status != "offline")
-                    .order_by(*natural_order(uow, _agents)))
-            return list(uow.session.scalars(stmt))
 
-    def list_all_agents(self) -> list[Agent]:
-        """Every agent."""
-        with self.unit_of_work(write=False) as uow:
-            return list(uow.session.scalars(
-                select(Agent).order_by(*natural_order(uow, _agents))))
+def update_agent_topics(scope: Scope, agent_id: str, topics: Iterable[str]) -> bool:
+    """Replace the agent's topics; True when the agent exists."""
+    require_id(agent_id, "agent_id")
+    topic_list = string_list(topics, "topics")
+    with scope.unit_of_work() as uow:
+        return update_row(uow, _agents, agent_id, topics_json=topic_list,
+                          last_seen_ms=now_ms())
 
-    def get_agents_by_topic(self, topic: str) -> list[Agent]:
-        """Non-offline agents subscribed to ``topic``."""
-        lookup_key(topic, "topic")
-        with self.unit_of_work(write=False) as uow:
-            if uow.dialect == "postgresql":
-                subscribed = type_coerce(_agents.c.topics_json, JSONB).contains([topic])
-            else:
-                elements = func.json_each(_agents.c.topics_json).table_valued("value")
-                subscribed = exists(select(1).select_from(elements)
-                                    .where(elements.c.value == topic))
-            stmt = (select(Agent).where(subscribed, Agent.status != "offline")
-                    .order_by(*natural_order(uow, _agents)))
-            return list(uow.session.scalars(stmt))
 
-    def sweep_stale_agents(self, now_ms: int | None = None) -> dict[str, int]:
-        """Online agents past their lease become stale; long-stale ones go offline."""
-        now = resolve_now(now_ms)
-        with self.unit_of_work() as uow:
-            stale = uow.connection.execute(
-                update(_agents).where(_agents.c.status == "online",
-                                      _agents.c.lease_expires_ms < now)
-                .values(status="stale"))
-            offline = uow.connection.execute(
-                update(_agents).where(_agents.c.status == "stale",
-                                      _agents.c.lease_expires_ms < now - OFFLINE_AFTER_MS)
-                .values(status="offline"))
-            return {"stale": stale.rowcount, "offline": offline.rowcount}
+def list_online_agents(scope: Scope) -> list[Agent]:
+    """Agents that are not offline (stale ones count)."""
+    with scope.unit_of_work(write=False) as uow:
+        stmt = (select(Agent).where(Agent.status != "offline")
+                .order_by(*uow.sql.natural_order(_agents)))
+        return list(uow.session.scalars(stmt))
 
-    def update_agent_status(self, agent_id: str, status: AgentStatus) -> bool:
-        """Set the agent's status; True when the agent exists."""
-        require_id(agent_id, "agent_id")
-        require_enum(status, AGENT_STATUSES, "status")
-        with self.unit_of_work() as uow:
-            return update_row(uow, _agents, agent_id, status=status)
+
+def list_all_agents(scope: Scope) -> list[Agent]:
+    """Every agent."""
+    with scope.unit_of_work(write=False) as uow:
+        return list(uow.session.scalars(
+            select(Agent).order_by(*uow.sql.natural_order(_agents))))
+
+
+def get_agents_by_topic(scope: Scope, topic: str) -> list[Agent]:
+    """Non-offline agents subscribed to ``topic``."""
+    lookup_key(topic, "topic")
+    with scope.unit_of_work(write=False) as uow:
+        subscribed = uow.sql.json_list_contains(_agents.c.topics_json, topic)
+        stmt = (select(Agent).where(subscribed, Agent.status != "offline")
+                .order_by(*uow.sql.natural_order(_agents)))
+        return list(uow.session.scalars(stmt))
+
+
+def sweep_stale_agents(scope: Scope, now_ms: int | None = None) -> dict[str, int]:
+    """Online agents past their lease become stale; long-stale ones go offline."""
+    now = resolve_now(now_ms)
+    with scope.unit_of_work() as uow:
+        stale = uow.connection.execute(
+            update(_agents).where(_agents.c.status == "online",
+                                  _agents.c.lease_expires_ms < now)
+            .values(status="stale"))
+        offline = uow.connection.execute(
+            update(_agents).where(_agents.c.status == "stale",
+                                  _agents.c.lease_expires_ms < now - OFFLINE_AFTER_MS)
+            .values(status="offline"))
+        return {"stale": stale.rowcount, "offline": offline.rowcount}
+
+
+def update_agent_status(scope: Scope, agent_id: str, status: AgentStatus) -> bool:
+    """Set the agent's status; True when the agent exists."""
+    require_id(agent_id, "agent_id")
+    require_enum(status, AGENT_STATUSES, "status")
+    with scope.unit_of_work() as uow:
+        return update_row(uow, _agents, agent_id, status=status)

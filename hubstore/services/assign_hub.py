@@ -22,6 +22,7 @@ from sqlalchemy import (
 )
 
 from hubstore import assign_rules as rules
+from hubstore.dialects import SqlDialect
 from hubstore.errors import (
     AssignNotFound,
     RetryExhausted,
@@ -29,15 +30,16 @@ from hubstore.errors import (
     ValidationError,
     WorkerMismatch,
 )
+from hubstore.execution import from_row
 from hubstore.ids import now_ms, uuidv7
 from hubstore.jsontype import MAX_JSON_DEPTH
 from hubstore.models import AssignJob, Message, table_of
 from hubstore.results import AssignOutcome
 from hubstore.services.assigns import (
     NOW,
-    AssignOps,
     announce,
     computed_from,
+    create_assign,
     kept_by_rules,
     lock_job,
     move,
@@ -46,11 +48,12 @@ from hubstore.services.assigns import (
     terminal_times,
     write_guarded,
 )
-from hubstore.services.base import Operations, Prepared, const, resolve_now
+from hubstore.services.base import Prepared, const, resolve_now
+from hubstore.services.messages import record_message
 from hubstore.validation import json_value, lookup_key, optional_int, require_id, require_text
 
 if TYPE_CHECKING:
-    from hubstore.uow import UnitOfWork
+    from hubstore.transaction import Scope, Transaction
 
 EVENT_TOPIC = "assign.result"
 #: The timeout sweep handles at most this many due jobs per call, as the reference does.
@@ -60,13 +63,13 @@ _messages = table_of(Message)
 #: The hub's messages hold a job's payload, result or error one level down.
 ENVELOPE_DEPTH = MAX_JSON_DEPTH + 1
 #: The keyword arguments assign_async passes on to create_assign.
-CREATE_FIELDS = frozenset(inspect.signature(AssignOps.create_assign).parameters) - {
-    "self", "supervisor_agent", "worker_agent"}
+CREATE_FIELDS = frozenset(inspect.signature(create_assign).parameters) - {
+    "scope", "supervisor_agent", "worker_agent"}
 
 
-def dispatch(uow: UnitOfWork, job: AssignJob, reason: str) -> AssignJob:
+def dispatch(uow: Transaction, job: AssignJob, reason: str) -> AssignJob:
     """Record the handoff message to the worker and point last_message_id at it."""
-    message = uow._record_message(
+    message = record_message(uow,
         type="handoff", from_agent=job.supervisor_agent, to_agent=job.worker_agent,
         topic=job.topic, priority=job.priority, ttl_ms=job.ttl_ms,
         trace_id=job.trace_id, correlation_id=job.correlation_id, status="queued",
@@ -93,21 +96,21 @@ def job_snapshot(job: AssignJob) -> dict[str, Any]:
     return {name: getattr(job, name) for name in SNAPSHOT_FIELDS}
 
 
-def notify_supervisor(uow: UnitOfWork, job: AssignJob, event: str,
+def notify_supervisor(uow: Transaction, job: AssignJob, event: str,
                       **extra: Any) -> Message:
     """Record the event message from the worker to the supervisor.
 
     As in the reference: payload {event, the job's snapshot, extra}, priority at least
     5, the job's ttl, on the job's trace and correlation ids.
     """
-    return uow._record_message(
+    return record_message(uow,
         type="event", from_agent=job.worker_agent, to_agent=job.supervisor_agent,
         topic=EVENT_TOPIC, priority=max(5, job.priority), ttl_ms=job.ttl_ms,
         trace_id=job.trace_id, correlation_id=job.correlation_id, status="queued",
         max_depth=ENVELOPE_DEPTH, payload={"event": event, **job_snapshot(job), **extra})
 
 
-def finish(uow: UnitOfWork, job: AssignJob, target: str, patch: dict[str, Any],
+def finish(uow: Transaction, job: AssignJob, target: str, patch: dict[str, Any],
            requested_by: str, **completed_extra: Any) -> AssignOutcome:
     """Make a locked job terminal; a failure with retries left is retried instead.
 
@@ -146,7 +149,7 @@ _CLAIM = Prepared(
 
 
 @functools.cache
-def _finish_statement(dialect: str, retryable: bool) -> Prepared:
+def _finish_statement(sql: SqlDialect, retryable: bool) -> Prepared:
     """A worker's final report in one guarded statement, for the common case: the job
     is queued or running, on the reported attempt, for the reporting worker, (for a
     failure) has no retry left, and its row is one the rules leave as it is (as the
@@ -161,7 +164,7 @@ def _finish_statement(dialect: str, retryable: bool) -> Prepared:
               or_(attempt.is_(None), _c.attempt == attempt)]
     if retryable:
         guards.append(_c.retry_count >= _c.max_retries)
-    guards += kept_by_rules(dialect)
+    guards += kept_by_rules(sql)
     return Prepared(
         update(_jobs).where(*guards)
         .values(status=bindparam("p_status"),
@@ -182,11 +185,11 @@ def _snapshot_json(done: Any) -> Any:
 
 
 @functools.cache
-def _finish_with_event(retryable: bool) -> Prepared:
+def _finish_with_event(sql: SqlDialect, retryable: bool) -> Prepared:
     """PostgreSQL: the routine final report and its 'completed' event message (as
     notify_supervisor writes it) in one statement, so that a unit of work in autocommit
     finishes a job in one round trip. Returns the finished job's row, or none."""
-    done = cast(Update, _finish_statement("postgresql", retryable).statement).cte("done")
+    done = cast(Update, _finish_statement(sql, retryable).statement).cte("done")
     d = done.c
     event = insert(_messages).from_select(
         ["id", "type", "from_agent", "to_agent", "topic", "priority", "ttl_ms",
@@ -202,27 +205,27 @@ def _finish_with_event(retryable: bool) -> Prepared:
     return Prepared(select(done).add_cte(event), _jobs)
 
 
-def finish_routine(uow: UnitOfWork, job_id: str, target: str, worker_agent: str | None,
+def finish_routine(uow: Transaction, job_id: str, target: str, worker_agent: str | None,
                    attempt: int | None, result: Any, error: Any) -> AssignOutcome | None:
     """The routine final report (see _finish_statement) and its event, or None (nothing
     written) when the report needs the general path."""
     values = {"p_job_id": job_id, "p_worker": worker_agent or None, "p_attempt": attempt,
               "p_status": target, "p_result": result, "p_error": error, "p_now": now_ms()}
-    if uow.dialect != "postgresql":  # two statements here: the update, then the event
+    if not uow.sql.writable_ctes:  # two statements here: the update, then the event
         uow.begin()
-        done = _finish_statement(uow.dialect, target != "succeeded").instance(
+        done = _finish_statement(uow.sql, target != "succeeded").instance(
             uow, values, AssignJob)
         if done is None:
             return None
         announce(uow, done)
         return AssignOutcome(done, "completed", notify_supervisor(uow, done, "completed"))
     values.update(m_id=uuidv7(), m_corr=uuidv7(), m_trace=uuidv7())
-    done = _finish_with_event(target != "succeeded").instance(uow, values, AssignJob)
+    done = _finish_with_event(uow.sql, target != "succeeded").instance(uow, values, AssignJob)
     if done is None:
         return None
     announce(uow, done)
     now = values["p_now"]
-    message = Message.from_row({
+    message = from_row(Message, {
         "id": values["m_id"], "type": "event", "from_agent": done.worker_agent,
         "to_agent": done.supervisor_agent, "topic": EVENT_TOPIC,
         "priority": max(5, done.priority), "ttl_ms": done.ttl_ms, "created_at_ms": now,
@@ -233,129 +236,130 @@ def finish_routine(uow: UnitOfWork, job_id: str, target: str, worker_agent: str 
     return AssignOutcome(done, "completed", message)
 
 
-class AssignHubOps(Operations):
-    """Assign jobs under the hub's rules."""
+def assign_async(scope: Scope, supervisor_agent: str, worker_agent: str, **fields: Any
+                 ) -> AssignJob:
+    """Create a job and record its dispatch to the worker, in one transaction.
 
-    def assign_async(self, supervisor_agent: str, worker_agent: str, **fields: Any
-                     ) -> AssignJob:
-        """Create a job and record its dispatch to the worker, in one transaction.
+    ``fields`` are create_assign's keyword arguments; an unknown one is a
+    ValidationError (nothing is written)."""
+    unknown = sorted(set(fields) - CREATE_FIELDS)
+    if unknown:
+        raise ValidationError(
+            f"assign_async got unknown field(s) {', '.join(map(repr, unknown))}; "
+            f"it takes {', '.join(sorted(CREATE_FIELDS))}")
+    with scope.unit_of_work() as uow:
+        return dispatch(uow, create_assign(uow, supervisor_agent, worker_agent, **fields),
+                        "create")
 
-        ``fields`` are create_assign's keyword arguments; an unknown one is a
-        ValidationError (nothing is written)."""
-        unknown = sorted(set(fields) - CREATE_FIELDS)
-        if unknown:
-            raise ValidationError(
-                f"assign_async got unknown field(s) {', '.join(map(repr, unknown))}; "
-                f"it takes {', '.join(sorted(CREATE_FIELDS))}")
-        with self.unit_of_work() as uow:
-            return dispatch(uow, uow.create_assign(supervisor_agent, worker_agent, **fields),
-                            "create")
 
-    def report_assign_result(self, job_id: str, status: str, worker_agent: str | None = None,
-                             attempt: int | None = None, result: Any = None, error: Any = None,
-                             metadata: dict[str, Any] | None = None) -> AssignOutcome:
-        """A worker's report: progress, a final result, or a failure that may be retried.
+def report_assign_result(scope: Scope, job_id: str, status: str, worker_agent: str | None = None,
+                         attempt: int | None = None, result: Any = None, error: Any = None,
+                         metadata: dict[str, Any] | None = None) -> AssignOutcome:
+    """A worker's report: progress, a final result, or a failure that may be retried.
 
-        As in the reference, the report's result and error replace the job's (progress
-        included), progress moves the deadline to now + timeout (and starts a queued
-        job), and a retry scheduled here names the worker as ``requested_by``.
-        Raises AssignNotFound, WorkerMismatch, StaleAttempt (a result from an earlier
-        attempt) or IllegalTransition. Repeating the report that finished the job is a
-        no-op: nothing is written or recorded. A report without a result stores {}, as
-        the reference does (its ``result ?? payload``, the payload defaulting to {}).
-        """
-        require_id(job_id, "job_id")
-        target = rules.normalize_status(status, metadata)
-        if worker_agent is not None:
-            lookup_key(worker_agent, "worker_agent")
-        optional_int(attempt, "attempt")
-        json_value(result, "result")
-        if result is None:
-            result = {}
-        json_value(error, "error")
-        json_value(metadata, "metadata")
-        if target != "running":  # the one-statement path, when the report is routine
-            with self.one_statement() as uow:
-                outcome = finish_routine(uow, job_id, target, worker_agent, attempt, result,
-                                         error)
-            if outcome is not None:
-                return outcome
-        with self.unit_of_work() as uow:
-            job = lock_job(uow, job_id)
-            if job is None:
-                raise AssignNotFound(f"no assign job {job_id}")
-            if worker_agent and worker_agent != job.worker_agent:
-                raise WorkerMismatch(
-                    f"assign job {job_id} belongs to {job.worker_agent}, not {worker_agent}")
-            if attempt is not None and attempt != job.attempt:
-                raise StaleAttempt(
-                    f"assign job {job_id} is on attempt {job.attempt}; "
-                    f"a result for attempt {attempt} is stale")
-            patch = {"result": result, "error": error}
-            if target == "running":  # progress (or the start of a queued job)
-                with computed_from(job):
-                    patch["deadline_ms"] = resolve_now(None) + job.timeout_ms
-                job = move(uow, job, "running", patch)
-                return AssignOutcome(job, "progress", notify_supervisor(uow, job, "progress"))
-            return finish(uow, job, target, patch, worker_agent or job.worker_agent)
-
-    def schedule_assign_retry(self, job_id: str, reason: str = "manual",
-                              requested_by: str = "manual") -> AssignJob:
-        """Re-queue a failed or timed-out job and dispatch it again."""
-        require_id(job_id, "job_id")
-        require_text(reason, "reason")
-        require_text(requested_by, "requested_by")
-        with self.unit_of_work() as uow:
-            job = lock_job(uow, job_id)
-            if job is None:
-                raise AssignNotFound(f"no assign job {job_id}")
+    As in the reference, the report's result and error replace the job's (progress
+    included), progress moves the deadline to now + timeout (and starts a queued
+    job), and a retry scheduled here names the worker as ``requested_by``.
+    Raises AssignNotFound, WorkerMismatch, StaleAttempt (a result from an earlier
+    attempt) or IllegalTransition. Repeating the report that finished the job is a
+    no-op: nothing is written or recorded. A report without a result stores {}, as
+    the reference does (its ``result ?? payload``, the payload defaulting to {}).
+    """
+    require_id(job_id, "job_id")
+    target = rules.normalize_status(status, metadata)
+    if worker_agent is not None:
+        lookup_key(worker_agent, "worker_agent")
+    optional_int(attempt, "attempt")
+    json_value(result, "result")
+    if result is None:
+        result = {}
+    json_value(error, "error")
+    json_value(metadata, "metadata")
+    if target != "running":  # the one-statement path, when the report is routine
+        with scope.one_statement() as uow:
+            outcome = finish_routine(uow, job_id, target, worker_agent, attempt, result,
+                                     error)
+        if outcome is not None:
+            return outcome
+    with scope.unit_of_work() as uow:
+        job = lock_job(uow, job_id)
+        if job is None:
+            raise AssignNotFound(f"no assign job {job_id}")
+        if worker_agent and worker_agent != job.worker_agent:
+            raise WorkerMismatch(
+                f"assign job {job_id} belongs to {job.worker_agent}, not {worker_agent}")
+        if attempt is not None and attempt != job.attempt:
+            raise StaleAttempt(
+                f"assign job {job_id} is on attempt {job.attempt}; "
+                f"a result for attempt {attempt} is stale")
+        patch = {"result": result, "error": error}
+        if target == "running":  # progress (or the start of a queued job)
             with computed_from(job):
-                exhausted = job.retry_count >= job.max_retries
-            if exhausted:
-                raise RetryExhausted(
-                    f"assign job {job_id} has used its {job.max_retries} retries")
-            job = dispatch(uow, retry(uow, job, {}), "retry")
-            notify_supervisor(uow, job, "retry_scheduled", retry_reason=reason,
-                              requested_by=requested_by)
-            return job
+                patch["deadline_ms"] = resolve_now(None) + job.timeout_ms
+            job = move(uow, job, "running", patch)
+            return AssignOutcome(job, "progress", notify_supervisor(uow, job, "progress"))
+        return finish(uow, job, target, patch, worker_agent or job.worker_agent)
 
-    def sweep_timed_out_assigns(self, now_ms: int | None = None) -> dict[str, int]:
-        """Queued or running jobs whose deadline is at or before ``now_ms`` time out,
-        and are retried while retries remain. As in the reference, one call takes at
-        most SWEEP_BATCH (100) due jobs, the most recently updated first; a job retried
-        here is not swept again by the same call (the due jobs are chosen once, up front)."""
-        now = resolve_now(now_ms)
-        timed_out = retried = 0
-        c = _jobs.c
-        with self.unit_of_work() as uow:
-            # The due rows, read (and on PostgreSQL locked, skipping rows that a worker
-            # holds right now) once: a job retried below is not due again in this call.
-            due = (select(_jobs)
-                   .where(c.status.in_([const(s) for s in rules.ACTIVE]),
-                          c.deadline_ms.is_not(None), c.deadline_ms <= now)
-                   .order_by(c.updated_at_ms.desc(), c.job_id.desc())
-                   .limit(SWEEP_BATCH)
-                   .with_for_update(skip_locked=True))
-            for row in uow.connection.execute(due).mappings().all():
-                job = AssignJob.from_row(row)
-                error = rules.TIMED_OUT_ERROR if job.error is None else job.error
-                outcome = finish(uow, job, "timed_out", {"error": error}, "sweeper",
-                                 completion_reason="timed_out")
-                timed_out += 1
-                retried += outcome.event == "retry_scheduled"
-        return {"timed_out": timed_out, "retried": retried}
 
-    def claim_next_assign(self, worker_agent: str) -> AssignJob | None:
-        """The worker's highest-priority, then oldest, queued job, now running.
+def schedule_assign_retry(scope: Scope, job_id: str, reason: str = "manual",
+                          requested_by: str = "manual") -> AssignJob:
+    """Re-queue a failed or timed-out job and dispatch it again."""
+    require_id(job_id, "job_id")
+    require_text(reason, "reason")
+    require_text(requested_by, "requested_by")
+    with scope.unit_of_work() as uow:
+        job = lock_job(uow, job_id)
+        if job is None:
+            raise AssignNotFound(f"no assign job {job_id}")
+        with computed_from(job):
+            exhausted = job.retry_count >= job.max_retries
+        if exhausted:
+            raise RetryExhausted(
+                f"assign job {job_id} has used its {job.max_retries} retries")
+        job = dispatch(uow, retry(uow, job, {}), "retry")
+        notify_supervisor(uow, job, "retry_scheduled", retry_reason=reason,
+                          requested_by=requested_by)
+        return job
 
-        PostgreSQL skips rows other claimers hold (FOR UPDATE SKIP LOCKED); SQLite
-        claims under the database write lock. Two claimers never get the same job.
-        """
-        require_id(worker_agent, "worker_agent")
-        with self.one_statement() as uow:  # PostgreSQL: one round trip, in autocommit
-            job = _CLAIM.instance(uow, {"p_worker": worker_agent, "p_now": now_ms()},
-                                  AssignJob)
-            if job is None:
-                return None
-            announce(uow, job)
-            return job
+
+def sweep_timed_out_assigns(scope: Scope, now_ms: int | None = None) -> dict[str, int]:
+    """Queued or running jobs whose deadline is at or before ``now_ms`` time out,
+    and are retried while retries remain. As in the reference, one call takes at
+    most SWEEP_BATCH (100) due jobs, the most recently updated first; a job retried
+    here is not swept again by the same call (the due jobs are chosen once, up front)."""
+    now = resolve_now(now_ms)
+    timed_out = retried = 0
+    c = _jobs.c
+    with scope.unit_of_work() as uow:
+        # The due rows, read (and on PostgreSQL locked, skipping rows that a worker
+        # holds right now) once: a job retried below is not due again in this call.
+        due = (select(_jobs)
+               .where(c.status.in_([const(s) for s in rules.ACTIVE]),
+                      c.deadline_ms.is_not(None), c.deadline_ms <= now)
+               .order_by(c.updated_at_ms.desc(), c.job_id.desc())
+               .limit(SWEEP_BATCH)
+               .with_for_update(skip_locked=True))
+        for row in uow.connection.execute(due).mappings().all():
+            job = from_row(AssignJob, row)
+            error = rules.TIMED_OUT_ERROR if job.error is None else job.error
+            outcome = finish(uow, job, "timed_out", {"error": error}, "sweeper",
+                             completion_reason="timed_out")
+            timed_out += 1
+            retried += outcome.event == "retry_scheduled"
+    return {"timed_out": timed_out, "retried": retried}
+
+
+def claim_next_assign(scope: Scope, worker_agent: str) -> AssignJob | None:
+    """The worker's highest-priority, then oldest, queued job, now running.
+
+    PostgreSQL skips rows other claimers hold (FOR UPDATE SKIP LOCKED); SQLite
+    claims under the database write lock. Two claimers never get the same job.
+    """
+    require_id(worker_agent, "worker_agent")
+    with scope.one_statement() as uow:  # PostgreSQL: one round trip, in autocommit
+        job = _CLAIM.instance(uow, {"p_worker": worker_agent, "p_now": now_ms()},
+                              AssignJob)
+        if job is None:
+            return None
+        announce(uow, job)
+        return job

@@ -26,7 +26,6 @@ from sqlalchemy import (
     and_,
     bindparam,
     case,
-    func,
     insert,
     or_,
     select,
@@ -34,10 +33,12 @@ from sqlalchemy import (
 )
 
 from hubstore import assign_rules as rules
+from hubstore.dialects import SqlDialect
 from hubstore.errors import HubStoreError, ValidationError
+from hubstore.execution import from_row
 from hubstore.ids import now_ms, uuidv7
 from hubstore.models import ASSIGN_STATUSES, AssignJob, table_of
-from hubstore.services.base import Operations, Prepared, const
+from hubstore.services.base import Prepared, const
 from hubstore.types import AssignPatch, AssignStatus
 from hubstore.validation import (
     INT64_MAX,
@@ -58,7 +59,7 @@ from hubstore.validation import (
 )
 
 if TYPE_CHECKING:
-    from hubstore.uow import UnitOfWork
+    from hubstore.transaction import Scope, Transaction
 
 _jobs = table_of(AssignJob)
 #: Attribute key -> column name (they differ for the JSON columns: payload -> payload_json).
@@ -71,8 +72,7 @@ _SELECT = Prepared(_BY_ID, _jobs)
 # SQLite renders no FOR UPDATE: its write lock serves.
 _LOCK = Prepared(_BY_ID.with_for_update(), _jobs)
 _INSERT_ROW = insert(_jobs).values({c.name: bindparam(c.name) for c in _jobs.c})
-_INSERT = Prepared(_INSERT_ROW.returning(*_jobs.c), _jobs)
-_INSERT_SQLITE = Prepared(_INSERT_ROW, _jobs)  # (Prepared.inserted reads the row back)
+_INSERT = Prepared(_INSERT_ROW, _jobs)
 _GUARDS = frozenset({"p_job_id", "p_status", "p_attempt"})
 
 
@@ -120,7 +120,7 @@ def terminal_times() -> dict[str, Any]:
                                     else_=c.completed_at_ms)}
 
 
-def kept_by_rules(dialect: str) -> list[ColumnElement[bool]]:
+def kept_by_rules(sql: SqlDialect) -> list[ColumnElement[bool]]:
     """Where next_values would rewrite none of the columns a patch does not name: the
     counters and durations are whole numbers already in their ranges, the payload is
     not JSON null, and the times are NULL or whole numbers (SQLite keeps any type)."""
@@ -129,20 +129,16 @@ def kept_by_rules(dialect: str) -> list[ColumnElement[bool]]:
               c.priority.between(1, 9),
               c.timeout_ms.between(rules.MIN_TIMEOUT_MS, rules.MAX_TIMEOUT_MS),
               c.ttl_ms.between(rules.MIN_TIMEOUT_MS, rules.MAX_TIMEOUT_MS)]
-    if dialect == "sqlite":
-        guards += [func.typeof(column) == const("integer") for column in
-                   (c.attempt, c.retry_count, c.max_retries, c.priority, c.timeout_ms,
-                    c.ttl_ms)]
-        guards += [or_(column.is_(None), func.typeof(column) == const("integer"))
-                   for column in (c.deadline_ms, c.started_at_ms, c.completed_at_ms)]
-        guards.append(func.trim(c.payload_json, func.char(32, 9, 10, 13)) != const("null"))
-    else:
-        guards.append(func.jsonb_typeof(c.payload_json) != const("null"))
+    guards += sql.whole_numbers([c.attempt, c.retry_count, c.max_retries, c.priority,
+                                 c.timeout_ms, c.ttl_ms], nullable=False)
+    guards += sql.whole_numbers([c.deadline_ms, c.started_at_ms, c.completed_at_ms],
+                                nullable=True)
+    guards.append(sql.json_not_null(c.payload_json))
     return guards
 
 
 @functools.cache
-def _direct_move(dialect: str, target: str, fields: frozenset[str]) -> Prepared:
+def _direct_move(sql: SqlDialect, target: str, fields: frozenset[str]) -> Prepared:
     """A status move in one guarded UPDATE, for the common case: the job moves from
     queued (to running) or from an active status (to a terminal one), its row is one the
     rules leave as it is, and the patch names only fields written as given. The SET
@@ -160,7 +156,7 @@ def _direct_move(dialect: str, target: str, fields: frozenset[str]) -> Prepared:
         values[column.name] = bindparam(name, type_=column.type)
     stmt = (update(_jobs)
             .where(c.job_id == bindparam("p_job_id"), or_(*sources),
-                   and_(*kept_by_rules(dialect)))
+                   and_(*kept_by_rules(sql)))
             .values(values)
             .returning(*_jobs.c))
     return Prepared(stmt, _jobs)
@@ -187,24 +183,24 @@ def by_column(values: dict[str, Any]) -> dict[str, Any]:
 def frozen_copy(job: AssignJob) -> AssignJob:
     """A copy of the row as it is now, for a listener: what it is told about must not
     change when a later move in the same unit of work, or the caller, changes the job."""
-    return AssignJob.from_row(by_column(copy.deepcopy(snapshot(job))))
+    return from_row(AssignJob, by_column(copy.deepcopy(snapshot(job))))
 
 
-def announce(uow: UnitOfWork, job: AssignJob) -> None:
+def announce(uow: Transaction, job: AssignJob) -> None:
     """Queue the job's status event for the listeners, told after the commit.
 
     Without listeners (subscribed when the move is made) there is nothing to copy.
     """
-    if uow.store.assign_listeners:
+    if uow.db.assign_listeners:
         uow.emit_assign_event(rules.status_event(snapshot(job)), frozen_copy(job))
 
 
-def lock_job(uow: UnitOfWork, job_id: str) -> AssignJob | None:
+def lock_job(uow: Transaction, job_id: str) -> AssignJob | None:
     """The job, freshly read and locked for this transaction."""
     return _LOCK.instance(uow, {"p_job_id": job_id}, AssignJob)
 
 
-def write_guarded(uow: UnitOfWork, job: AssignJob, changes: dict[str, Any]) -> AssignJob:
+def write_guarded(uow: Transaction, job: AssignJob, changes: dict[str, Any]) -> AssignJob:
     """UPDATE the job's ``changes`` where it still has the status and attempt read in
     ``job``; ConcurrentUpdate when it does not (the row lock makes that a bug)."""
     params = by_column(changes)
@@ -245,7 +241,7 @@ def check_patch_values(patch: dict[str, Any]) -> None:
         json_value(patch.get(name), name)
 
 
-def move(uow: UnitOfWork, job: AssignJob, target: str, patch: dict[str, Any], *,
+def move(uow: Transaction, job: AssignJob, target: str, patch: dict[str, Any], *,
          via_retry: bool = False) -> AssignJob:
     """Move a locked job to ``target``; listeners hear of a status change after commit."""
     if rules.check_transition(job.status, target, via_retry=via_retry) is rules.Move.NOOP:
@@ -261,7 +257,7 @@ def move(uow: UnitOfWork, job: AssignJob, target: str, patch: dict[str, Any], *,
     return updated
 
 
-def retry(uow: UnitOfWork, job: AssignJob, patch: dict[str, Any]) -> AssignJob:
+def retry(uow: Transaction, job: AssignJob, patch: dict[str, Any]) -> AssignJob:
     """Re-queue a locked failed or timed-out job for its next attempt."""
     rules.check_transition(job.status, "queued", via_retry=True)
     with computed_from(job):
@@ -282,145 +278,143 @@ def computed_from(job: AssignJob) -> Iterator[None]:
             f"wrong type ({exc}); correct the row first") from exc
 
 
-class AssignOps(Operations):
-    """Assign jobs, store level."""
+def create_assign(scope: Scope, supervisor_agent: str, worker_agent: str,
+                  topic: str = "assign.job", task: str = "", payload: Any = None,
+                  status: AssignStatus = "queued", attempt: int = 1, retry_count: int = 0,
+                  max_retries: int = 0, priority: object = 5, ttl_ms: object = 600_000,
+                  timeout_ms: object = 600_000, deadline_ms: int | None = None,
+                  trace_id: str | None = None, correlation_id: str | None = None,
+                  last_message_id: str | None = None, result: Any = None,
+                  error: Any = None, job_id: str | None = None) -> AssignJob:
+    """A new job. Priority, timeout and ttl are clamped, as in the reference
+    (JavaScript's Number() reads them: a non-number falls back to the default).
 
-    def create_assign(self, supervisor_agent: str, worker_agent: str,
-                      topic: str = "assign.job", task: str = "", payload: Any = None,
-                      status: AssignStatus = "queued", attempt: int = 1, retry_count: int = 0,
-                      max_retries: int = 0, priority: object = 5, ttl_ms: object = 600_000,
-                      timeout_ms: object = 600_000, deadline_ms: int | None = None,
-                      trace_id: str | None = None, correlation_id: str | None = None,
-                      last_message_id: str | None = None, result: Any = None,
-                      error: Any = None, job_id: str | None = None) -> AssignJob:
-        """A new job. Priority, timeout and ttl are clamped, as in the reference
-        (JavaScript's Number() reads them: a non-number falls back to the default).
+    The counters follow the reference's ``Math.max(1, Number(attempt) || 1)`` (and 0
+    for retry_count and max_retries), but a count that is not a whole number is
+    refused. ``topic`` and ``task`` must be strings (None or "" for the default).
+    A payload that is None (or a JavaScript-falsy 0, "" or False) is stored as {}.
+    """
+    require_id(supervisor_agent, "supervisor_agent")
+    require_id(worker_agent, "worker_agent")
+    require_enum(status, ASSIGN_STATUSES, "status")
+    body = json_value(payload, "payload", default={})
+    json_value(result, "result")
+    json_value(error, "error")
+    optional_id(job_id, "job_id")
+    optional_id(trace_id, "trace_id")
+    optional_id(correlation_id, "correlation_id")
+    optional_id(last_message_id, "last_message_id")
+    topic = require_key(topic, "topic") if topic else "assign.job"
+    task = require_text(task, "task") if task else ""
+    first_attempt = counter(attempt, "attempt", default=1, minimum=1)
+    retries = counter(retry_count, "retry_count", default=0, minimum=0)
+    retry_limit = counter(max_retries, "max_retries", default=0, minimum=0)
+    timeout = rules.clamp_timeout(timeout_ms)
+    deadline = None if deadline_ms is None else as_number(deadline_ms)
+    if deadline is not None:
+        deadline = require_int(int(deadline), "deadline_ms")
+    with scope.one_statement() as uow:  # the INSERT ... RETURNING
+        now = now_ms()
+        row: dict[str, Any] = {
+            "job_id": job_id or uuidv7(),
+            "supervisor_agent": supervisor_agent, "worker_agent": worker_agent,
+            "topic": topic, "task": task,
+            # The reference's `payload || {}`: JavaScript's falsy values become {},
+            # but [] (truthy there) stays [].
+            "payload": {} if body in (0, "", False) else body,
+            "status": status,
+            "attempt": first_attempt,
+            "retry_count": retries,
+            "max_retries": retry_limit,
+            "priority": clamp(priority, 5, 1, 9),
+            "ttl_ms": rules.clamp_timeout(ttl_ms, timeout), "timeout_ms": timeout,
+            "deadline_ms": int(deadline) if deadline is not None else now + timeout,
+            "trace_id": trace_id or uuidv7(), "correlation_id": correlation_id or uuidv7(),
+            "last_message_id": last_message_id, "result": result, "error": error,
+            "created_at_ms": now, "updated_at_ms": now,
+            "started_at_ms": now if status == "running" else None,
+            "completed_at_ms": now if status in rules.TERMINAL else None,
+            "last_retry_at_ms": now if retries > 0 else None,
+        }
+        job = _INSERT.inserted(uow, by_column(row), AssignJob)
+        announce(uow, job)
+        return job
 
-        The counters follow the reference's ``Math.max(1, Number(attempt) || 1)`` (and 0
-        for retry_count and max_retries), but a count that is not a whole number is
-        refused. ``topic`` and ``task`` must be strings (None or "" for the default).
-        A payload that is None (or a JavaScript-falsy 0, "" or False) is stored as {}.
-        """
-        require_id(supervisor_agent, "supervisor_agent")
-        require_id(worker_agent, "worker_agent")
-        require_enum(status, ASSIGN_STATUSES, "status")
-        body = json_value(payload, "payload", default={})
-        json_value(result, "result")
-        json_value(error, "error")
-        optional_id(job_id, "job_id")
-        optional_id(trace_id, "trace_id")
-        optional_id(correlation_id, "correlation_id")
-        optional_id(last_message_id, "last_message_id")
-        topic = require_key(topic, "topic") if topic else "assign.job"
-        task = require_text(task, "task") if task else ""
-        first_attempt = counter(attempt, "attempt", default=1, minimum=1)
-        retries = counter(retry_count, "retry_count", default=0, minimum=0)
-        retry_limit = counter(max_retries, "max_retries", default=0, minimum=0)
-        timeout = rules.clamp_timeout(timeout_ms)
-        deadline = None if deadline_ms is None else as_number(deadline_ms)
-        if deadline is not None:
-            deadline = require_int(int(deadline), "deadline_ms")
-        with self.one_statement() as uow:  # the INSERT ... RETURNING
-            now = now_ms()
-            row: dict[str, Any] = {
-                "job_id": job_id or uuidv7(),
-                "supervisor_agent": supervisor_agent, "worker_agent": worker_agent,
-                "topic": topic, "task": task,
-                # The reference's `payload || {}`: JavaScript's falsy values become {},
-                # but [] (truthy there) stays [].
-                "payload": {} if body in (0, "", False) else body,
-                "status": status,
-                "attempt": first_attempt,
-                "retry_count": retries,
-                "max_retries": retry_limit,
-                "priority": clamp(priority, 5, 1, 9),
-                "ttl_ms": rules.clamp_timeout(ttl_ms, timeout), "timeout_ms": timeout,
-                "deadline_ms": int(deadline) if deadline is not None else now + timeout,
-                "trace_id": trace_id or uuidv7(), "correlation_id": correlation_id or uuidv7(),
-                "last_message_id": last_message_id, "result": result, "error": error,
-                "created_at_ms": now, "updated_at_ms": now,
-                "started_at_ms": now if status == "running" else None,
-                "completed_at_ms": now if status in rules.TERMINAL else None,
-                "last_retry_at_ms": now if retries > 0 else None,
-            }
-            if uow.dialect == "sqlite":
-                job = _INSERT_SQLITE.inserted(uow, by_column(row), AssignJob)
-            else:  # (JSONB's own form of the values, as the server stored them)
-                [job] = _INSERT.instances(uow, by_column(row), AssignJob)
-            announce(uow, job)
-            return job
 
-    def get_assign(self, job_id: str) -> AssignJob | None:
-        """The job, or None."""
-        lookup_key(job_id, "job_id")
-        with self.one_read() as uow:
-            return _SELECT.instance(uow, {"p_job_id": job_id}, AssignJob)
+def get_assign(scope: Scope, job_id: str) -> AssignJob | None:
+    """The job, or None."""
+    lookup_key(job_id, "job_id")
+    with scope.one_read() as uow:
+        return _SELECT.instance(uow, {"p_job_id": job_id}, AssignJob)
 
-    def update_assign_status(self, job_id: str, status: AssignStatus,
-                             **patch: Unpack[AssignPatch]) -> AssignJob | None:
-        """Move the job to ``status`` (the transition table applies), changing the
-        named fields; a field named with None clears it. None when there is no job."""
-        require_id(job_id, "job_id")
-        require_enum(status, ASSIGN_STATUSES, "status")
-        changes = dict(patch)
-        check_patch_values(changes)
-        if status in _DIRECT_TARGETS and _PLAIN_PATCH.issuperset(changes):
-            with self.one_statement() as uow:
-                direct = _direct_move(uow.dialect, status, frozenset(changes))
-                job = direct.instance(uow, {"p_job_id": job_id, "p_now": now_ms(), **changes},
-                                      AssignJob)
-                if job is not None:
-                    announce(uow, job)
-                    return job
-        # Anything the one statement does not cover (it changed nothing): lock and move.
-        with self.unit_of_work() as uow:
-            job = lock_job(uow, job_id)
-            return None if job is None else move(uow, job, status, changes)
 
-    def list_assigns(self, supervisor_agent: str | None = None,
-                     worker_agent: str | None = None, status: AssignStatus | None = None,
-                     statuses: Sequence[AssignStatus] | None = None,
-                     trace_id: str | None = None,
-                     correlation_id: str | None = None, active_before_ms: object = None,
-                     limit: object = 50) -> list[AssignJob]:
-        """Jobs matching every given filter, most recently updated first (1..100)."""
-        for name, value in (("supervisor_agent", supervisor_agent),
-                            ("worker_agent", worker_agent), ("trace_id", trace_id),
-                            ("correlation_id", correlation_id)):
-            optional_lookup(value, name)
-        if statuses and (isinstance(statuses, str | bytes)
-                         or not isinstance(statuses, Sequence | set | frozenset)):
-            raise ValidationError(
-                f"statuses must be a list of statuses, got {type(statuses).__name__}")
-        given: object = status
-        if given is not None and given != "":
-            require_enum(given, ASSIGN_STATUSES, "status")  # checked even beside statuses
-        wanted = list(statuses) if statuses else ([status] if status else [])
-        for item in wanted:
-            require_enum(item, ASSIGN_STATUSES, "status")
-        c = _jobs.c
-        stmt = select(_jobs)
-        for column, value in ((c.supervisor_agent, supervisor_agent),
-                              (c.worker_agent, worker_agent), (c.trace_id, trace_id),
-                              (c.correlation_id, correlation_id)):
-            if value:
-                stmt = stmt.where(column == value)
-        if wanted:
-            stmt = stmt.where(c.status.in_(wanted))
-        before = as_number(active_before_ms) if active_before_ms is not None else None
-        if before is not None:
-            bound = max(INT64_MIN, min(int(before), INT64_MAX))  # the same rows
-            stmt = stmt.where(c.deadline_ms.is_not(None), c.deadline_ms <= bound)
-        stmt = stmt.order_by(c.updated_at_ms.desc(), c.job_id.desc())
-        stmt = stmt.limit(clamp(limit, 50, 1, 100))
-        with self.unit_of_work(write=False) as uow:
-            return [AssignJob.from_row(row) for row in uow.connection.execute(stmt).mappings()]
+def update_assign_status(scope: Scope, job_id: str, status: AssignStatus,
+                         **patch: Unpack[AssignPatch]) -> AssignJob | None:
+    """Move the job to ``status`` (the transition table applies), changing the
+    named fields; a field named with None clears it. None when there is no job."""
+    require_id(job_id, "job_id")
+    require_enum(status, ASSIGN_STATUSES, "status")
+    changes = dict(patch)
+    check_patch_values(changes)
+    if status in _DIRECT_TARGETS and _PLAIN_PATCH.issuperset(changes):
+        with scope.one_statement() as uow:
+            direct = _direct_move(uow.sql, status, frozenset(changes))
+            job = direct.instance(uow, {"p_job_id": job_id, "p_now": now_ms(), **changes},
+                                  AssignJob)
+            if job is not None:
+                announce(uow, job)
+                return job
+    # Anything the one statement does not cover (it changed nothing): lock and move.
+    with scope.unit_of_work() as uow:
+        job = lock_job(uow, job_id)
+        return None if job is None else move(uow, job, status, changes)
 
-    def retry_assign(self, job_id: str, **patch: Unpack[AssignPatch]) -> AssignJob | None:
-        """Re-queue a failed or timed-out job for its next attempt (no retry budget check)."""
-        require_id(job_id, "job_id")
-        changes = dict(patch)
-        check_patch_values(changes)
-        with self.unit_of_work() as uow:
-            job = lock_job(uow, job_id)
-            return None if job is None else retry(uow, job, changes)
+
+def list_assigns(scope: Scope, supervisor_agent: str | None = None,
+                 worker_agent: str | None = None, status: AssignStatus | None = None,
+                 statuses: Sequence[AssignStatus] | None = None,
+                 trace_id: str | None = None,
+                 correlation_id: str | None = None, active_before_ms: object = None,
+                 limit: object = 50) -> list[AssignJob]:
+    """Jobs matching every given filter, most recently updated first (1..100)."""
+    for name, value in (("supervisor_agent", supervisor_agent),
+                        ("worker_agent", worker_agent), ("trace_id", trace_id),
+                        ("correlation_id", correlation_id)):
+        optional_lookup(value, name)
+    if statuses and (isinstance(statuses, str | bytes)
+                     or not isinstance(statuses, Sequence | set | frozenset)):
+        raise ValidationError(
+            f"statuses must be a list of statuses, got {type(statuses).__name__}")
+    given: object = status
+    if given is not None and given != "":
+        require_enum(given, ASSIGN_STATUSES, "status")  # checked even beside statuses
+    wanted = list(statuses) if statuses else ([status] if status else [])
+    for item in wanted:
+        require_enum(item, ASSIGN_STATUSES, "status")
+    c = _jobs.c
+    stmt = select(_jobs)
+    for column, value in ((c.supervisor_agent, supervisor_agent),
+                          (c.worker_agent, worker_agent), (c.trace_id, trace_id),
+                          (c.correlation_id, correlation_id)):
+        if value:
+            stmt = stmt.where(column == value)
+    if wanted:
+        stmt = stmt.where(c.status.in_(wanted))
+    before = as_number(active_before_ms) if active_before_ms is not None else None
+    if before is not None:
+        bound = max(INT64_MIN, min(int(before), INT64_MAX))  # the same rows
+        stmt = stmt.where(c.deadline_ms.is_not(None), c.deadline_ms <= bound)
+    stmt = stmt.order_by(c.updated_at_ms.desc(), c.job_id.desc())
+    stmt = stmt.limit(clamp(limit, 50, 1, 100))
+    with scope.unit_of_work(write=False) as uow:
+        return [from_row(AssignJob, row) for row in uow.connection.execute(stmt).mappings()]
+
+
+def retry_assign(scope: Scope, job_id: str, **patch: Unpack[AssignPatch]) -> AssignJob | None:
+    """Re-queue a failed or timed-out job for its next attempt (no retry budget check)."""
+    require_id(job_id, "job_id")
+    changes = dict(patch)
+    check_patch_values(changes)
+    with scope.unit_of_work() as uow:
+        job = lock_job(uow, job_id)
+        return None if job is None else retry(uow, job, changes)

@@ -8,18 +8,17 @@ from sqlalchemy import delete, insert, select, update
 
 from hubstore.ids import now_ms
 from hubstore.models import DeadLetter, Message, table_of
-from hubstore.services.base import Operations
 from hubstore.validation import require_id, require_int, require_text
 
 if TYPE_CHECKING:
-    from hubstore.uow import UnitOfWork
+    from hubstore.transaction import Scope, Transaction
 
 _letters = table_of(DeadLetter)
 _messages = table_of(Message)
 _CHUNK = 500
 
 
-def record_dead_letters(uow: UnitOfWork, message_ids: list[str], reason: str,
+def record_dead_letters(uow: Transaction, message_ids: list[str], reason: str,
                         last_error: str | None, failed_at_ms: int) -> None:
     """Insert or replace dead-letter rows.
 
@@ -34,27 +33,25 @@ def record_dead_letters(uow: UnitOfWork, message_ids: list[str], reason: str,
              "last_error": last_error} for mid in chunk])
 
 
-class DeadLetterOps(Operations):
-    """The dead-letter queue."""
+def move_to_dead_letter(scope: Scope, message_id: str, reason: str,
+                        last_error: str | None = None) -> bool:
+    """Mark the message dead_letter and record (or replace) its dead letter."""
+    require_id(message_id, "message_id")
+    require_text(reason, "reason")
+    if last_error is not None:
+        require_text(last_error, "last_error")
+    with scope.unit_of_work() as uow:
+        uow.connection.execute(update(_messages).where(_messages.c.id == message_id)
+                            .values(status="dead_letter"))
+        record_dead_letters(uow, [message_id], reason, last_error, now_ms())
+    return True
 
-    def move_to_dead_letter(self, message_id: str, reason: str,
-                            last_error: str | None = None) -> bool:
-        """Mark the message dead_letter and record (or replace) its dead letter."""
-        require_id(message_id, "message_id")
-        require_text(reason, "reason")
-        if last_error is not None:
-            require_text(last_error, "last_error")
-        with self.unit_of_work() as uow:
-            uow.connection.execute(update(_messages).where(_messages.c.id == message_id)
-                                .values(status="dead_letter"))
-            record_dead_letters(uow, [message_id], reason, last_error, now_ms())
-        return True
 
-    def get_dead_letters(self, limit: int = 50) -> list[DeadLetter]:
-        """Dead letters, newest first."""
-        require_int(limit, "limit", minimum=0)
-        with self.unit_of_work(write=False) as uow:
-            return list(uow.session.scalars(
-                select(DeadLetter)
-                .order_by(DeadLetter.failed_at_ms.desc(), DeadLetter.message_id.desc())
-                .limit(limit)))
+def get_dead_letters(scope: Scope, limit: int = 50) -> list[DeadLetter]:
+    """Dead letters, newest first."""
+    require_int(limit, "limit", minimum=0)
+    with scope.unit_of_work(write=False) as uow:
+        return list(uow.session.scalars(
+            select(DeadLetter)
+            .order_by(DeadLetter.failed_at_ms.desc(), DeadLetter.message_id.desc())
+            .limit(limit)))

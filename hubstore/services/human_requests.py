@@ -8,7 +8,8 @@ from sqlalchemy import select, update
 
 from hubstore.ids import now_ms, uuidv7
 from hubstore.models import HUMAN_DEFAULT_ACTIONS, HUMAN_KINDS, HUMAN_STATES, HumanRequest, table_of
-from hubstore.services.base import Operations, natural_order, resolve_now, update_row
+from hubstore.services.base import resolve_now, update_row
+from hubstore.transaction import Scope
 from hubstore.types import HumanDefaultAction, HumanKind, HumanState
 from hubstore.validation import (
     json_value,
@@ -23,62 +24,63 @@ from hubstore.validation import (
 _requests = table_of(HumanRequest)
 
 
-class HumanRequestOps(Operations):
-    """Requests that wait for a person."""
+def insert_human_request(scope: Scope, requester_agent: str, kind: HumanKind, prompt: str,
+                         requested_schema: Any = None, deadline_ms: int = 300_000,
+                         default_action: HumanDefaultAction = "decline",
+                         correlation_id: str | None = None,
+                         trace_id: str | None = None) -> HumanRequest:
+    """A pending request; ``deadline_ms`` is a duration, stored as now + duration."""
+    require_id(requester_agent, "requester_agent")
+    require_enum(kind, HUMAN_KINDS, "kind")
+    require_text(prompt, "prompt")
+    schema = json_value(requested_schema, "requested_schema", default={})
+    duration = require_duration(deadline_ms, "deadline_ms")
+    require_enum(default_action, HUMAN_DEFAULT_ACTIONS, "default_action")
+    optional_id(correlation_id, "correlation_id")
+    optional_id(trace_id, "trace_id")
+    with scope.unit_of_work() as uow:
+        request = HumanRequest(
+            request_id=uuidv7(), requester_agent=requester_agent, kind=kind, prompt=prompt,
+            schema=schema, state="pending", deadline_ms=now_ms() + duration,
+            default_action=default_action, correlation_id=correlation_id or uuidv7(),
+            trace_id=trace_id or uuidv7(), response=None,
+        )
+        uow.session.add(request)
+        uow.session.flush()
+        return request
 
-    def insert_human_request(self, requester_agent: str, kind: HumanKind, prompt: str,
-                             requested_schema: Any = None, deadline_ms: int = 300_000,
-                             default_action: HumanDefaultAction = "decline",
-                             correlation_id: str | None = None,
-                             trace_id: str | None = None) -> HumanRequest:
-        """A pending request; ``deadline_ms`` is a duration, stored as now + duration."""
-        require_id(requester_agent, "requester_agent")
-        require_enum(kind, HUMAN_KINDS, "kind")
-        require_text(prompt, "prompt")
-        schema = json_value(requested_schema, "requested_schema", default={})
-        duration = require_duration(deadline_ms, "deadline_ms")
-        require_enum(default_action, HUMAN_DEFAULT_ACTIONS, "default_action")
-        optional_id(correlation_id, "correlation_id")
-        optional_id(trace_id, "trace_id")
-        with self.unit_of_work() as uow:
-            request = HumanRequest(
-                request_id=uuidv7(), requester_agent=requester_agent, kind=kind, prompt=prompt,
-                schema=schema, state="pending", deadline_ms=now_ms() + duration,
-                default_action=default_action, correlation_id=correlation_id or uuidv7(),
-                trace_id=trace_id or uuidv7(), response=None,
-            )
-            uow.session.add(request)
-            uow.session.flush()
-            return request
 
-    def get_human_request(self, request_id: str) -> HumanRequest | None:
-        """The request, or None."""
-        lookup_key(request_id, "request_id")
-        with self.unit_of_work(write=False) as uow:
-            return uow.session.get(HumanRequest, request_id)
+def get_human_request(scope: Scope, request_id: str) -> HumanRequest | None:
+    """The request, or None."""
+    lookup_key(request_id, "request_id")
+    with scope.unit_of_work(write=False) as uow:
+        return uow.session.get(HumanRequest, request_id)
 
-    def update_human_request(self, request_id: str, state: HumanState,
-                             response: Any = None) -> bool:
-        """Set the state and the response (None stores SQL NULL); True when it exists."""
-        require_id(request_id, "request_id")
-        require_enum(state, HUMAN_STATES, "state")
-        json_value(response, "response")
-        with self.unit_of_work() as uow:
-            return update_row(uow, _requests, request_id, state=state, response_json=response)
 
-    def get_pending_human_requests(self) -> list[HumanRequest]:
-        """Every pending request."""
-        with self.unit_of_work(write=False) as uow:
-            return list(uow.session.scalars(
-                select(HumanRequest).where(HumanRequest.state == "pending")
-                .order_by(*natural_order(uow, _requests))))
+def update_human_request(scope: Scope, request_id: str, state: HumanState,
+                         response: Any = None) -> bool:
+    """Set the state and the response (None stores SQL NULL); True when it exists."""
+    require_id(request_id, "request_id")
+    require_enum(state, HUMAN_STATES, "state")
+    json_value(response, "response")
+    with scope.unit_of_work() as uow:
+        return update_row(uow, _requests, request_id, state=state, response_json=response)
 
-    def expire_human_requests(self, now_ms: int | None = None) -> int:
-        """Pending requests past their deadline become timed_out; returns how many."""
-        now = resolve_now(now_ms)
-        with self.unit_of_work() as uow:
-            result = uow.connection.execute(
-                update(_requests).where(_requests.c.state == "pending",
-                                        _requests.c.deadline_ms < now)
-                .values(state="timed_out"))
-            return int(result.rowcount)
+
+def get_pending_human_requests(scope: Scope) -> list[HumanRequest]:
+    """Every pending request."""
+    with scope.unit_of_work(write=False) as uow:
+        return list(uow.session.scalars(
+            select(HumanRequest).where(HumanRequest.state == "pending")
+            .order_by(*uow.sql.natural_order(_requests))))
+
+
+def expire_human_requests(scope: Scope, now_ms: int | None = None) -> int:
+    """Pending requests past their deadline become timed_out; returns how many."""
+    now = resolve_now(now_ms)
+    with scope.unit_of_work() as uow:
+        result = uow.connection.execute(
+            update(_requests).where(_requests.c.state == "pending",
+                                    _requests.c.deadline_ms < now)
+            .values(state="timed_out"))
+        return int(result.rowcount)

@@ -6,8 +6,10 @@ import functools
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Select, bindparam, insert, literal_column, select, text, union_all
+from sqlalchemy import Select, bindparam, insert, select, text, union_all
 
+from hubstore.dialects import SqlDialect
+from hubstore.execution import from_row
 from hubstore.ids import now_ms, uuidv7
 from hubstore.jsontype import MAX_JSON_DEPTH, dumps
 from hubstore.models import (
@@ -18,7 +20,8 @@ from hubstore.models import (
     Message,
     table_of,
 )
-from hubstore.services.base import Operations, Prepared, update_row
+from hubstore.services.agents import get_agents_by_topic
+from hubstore.services.base import Prepared, update_row
 from hubstore.types import MessageStatus, MessageType
 from hubstore.validation import (
     as_number,
@@ -34,7 +37,7 @@ from hubstore.validation import (
 )
 
 if TYPE_CHECKING:
-    from hubstore.uow import UnitOfWork
+    from hubstore.transaction import Scope, Transaction
 
 MAX_POLL = 100
 DEFAULT_POLL = 20
@@ -52,7 +55,7 @@ _AGENT_TOPICS = Prepared(
     table_of(Agent))
 
 
-def feed_topics(uow: UnitOfWork, agent_id: str, wanted: list[str]) -> list[str]:
+def feed_topics(uow: Transaction, agent_id: str, wanted: list[str]) -> list[str]:
     """The topics an agent's poll (or feed) covers: ``wanted`` when non-empty, else the
     agent's own stored topics, read now; duplicates dropped, in order."""
     if not wanted:
@@ -67,41 +70,30 @@ def feed_topics(uow: UnitOfWork, agent_id: str, wanted: list[str]) -> list[str]:
 #: branch takes every topic from a bound JSON array: the index finds each topic's
 #: messages, which are then sorted (it reads them all, rather than `limit` per topic).
 UNION_TOPICS = 200
-#: The many-topics branch's condition per dialect; :p_topics is a JSON array of strings.
-_TOPIC_IN_ARRAY = {
-    "sqlite": text("messages.topic IN (SELECT value FROM json_each(:p_topics))"),
-    "postgresql": text(
-        "messages.topic IN (SELECT jsonb_array_elements_text(CAST(:p_topics AS jsonb)))"),
-}
 
 
-def poll_messages(uow: UnitOfWork, agent_id: str, limit: int,
+def poll_messages(uow: Transaction, agent_id: str, limit: int,
                   topics: list[str]) -> list[Message]:
     """The newest ``limit`` messages to the agent or to one of ``topics`` (no
     duplicates), as Message instances made straight from the fetched rows."""
     params: dict[str, Any] = {"p_agent_id": agent_id, "p_limit": limit}
     if len(topics) > UNION_TOPICS:
         params["p_topics"] = dumps(topics)
-        statement = _many_topics_statement(uow.dialect)
+        statement = _many_topics_statement(uow.sql)
     else:
         params.update({f"p_topic_{k}": topic for k, topic in enumerate(topics)})
-        statement = _poll_statement(uow.dialect, len(topics))
+        statement = _poll_statement(uow.sql, len(topics))
     return statement.instances(uow, params, Message)
 
 
-def _row_key(dialect: str) -> Any:
-    """The key a poll reads a message's row by: SQLite's rowid, PostgreSQL's id."""
-    return literal_column("messages.rowid") if dialect == "sqlite" else _messages.c.id
-
-
-def _keys(dialect: str, *where: Any) -> Select[Any]:
+def _keys(sql: SqlDialect, *where: Any) -> Select[Any]:
     """One branch of the poll: the row keys and order of the newest ``limit`` messages
     matching ``where``, read from the branch's index alone where it covers them."""
-    return (select(_row_key(dialect).label("k"), _messages.c.created_at_ms, _messages.c.id)
+    return (select(sql.row_key(_messages).label("k"), _messages.c.created_at_ms, _messages.c.id)
             .where(*where).order_by(*_newest_first).limit(bindparam("p_limit")))
 
 
-def _newest_of(dialect: str, branches: list[Select[Any]]) -> Prepared:
+def _newest_of(sql: SqlDialect, branches: list[Select[Any]]) -> Prepared:
     """The newest ``limit`` messages of the branches merged: their keys are merged and
     cut first, then only those rows are read, newest first. Sorting and cutting the
     whole rows of every branch instead read and copied ``limit`` rows per branch, where
@@ -110,26 +102,26 @@ def _newest_of(dialect: str, branches: list[Select[Any]]) -> Prepared:
               else union_all(*(b.subquery().select() for b in branches))).subquery()
     keys = (select(merged).order_by(merged.c.created_at_ms.desc(), merged.c.id.desc())
             .limit(bindparam("p_limit")).subquery("k"))
-    return Prepared(select(_messages).join(keys, _row_key(dialect) == keys.c.k)
+    return Prepared(select(_messages).join(keys, sql.row_key(_messages) == keys.c.k)
                     .order_by(keys.c.created_at_ms.desc(), keys.c.id.desc()), _messages)
 
 
 @functools.cache
-def _many_topics_statement(dialect: str) -> Prepared:
+def _many_topics_statement(sql: SqlDialect) -> Prepared:
     """The poll query for more than UNION_TOPICS topics, built once per dialect."""
-    return _newest_of(dialect, [
-        _keys(dialect, _messages.c.to_agent == bindparam("p_agent_id")),
-        _keys(dialect, _TO_A_TOPIC, _TOPIC_IN_ARRAY[dialect],
+    return _newest_of(sql, [
+        _keys(sql, _messages.c.to_agent == bindparam("p_agent_id")),
+        _keys(sql, _TO_A_TOPIC, sql.in_json_array(_messages.c.topic, "p_topics"),
               _messages.c.to_agent != bindparam("p_agent_id"))])
 
 
 @functools.lru_cache(maxsize=128)
-def _poll_statement(dialect: str, topic_count: int) -> Prepared:
+def _poll_statement(sql: SqlDialect, topic_count: int) -> Prepared:
     """The poll query for that many topics, built once: one index range scan per branch
     (the agent, then each topic), each cut at the limit, merged newest first."""
-    return _newest_of(dialect, [
-        _keys(dialect, _messages.c.to_agent == bindparam("p_agent_id")),
-        *(_keys(dialect, _TO_A_TOPIC, _messages.c.topic == bindparam(f"p_topic_{k}"),
+    return _newest_of(sql, [
+        _keys(sql, _messages.c.to_agent == bindparam("p_agent_id")),
+        *(_keys(sql, _TO_A_TOPIC, _messages.c.topic == bindparam(f"p_topic_{k}"),
                 _messages.c.to_agent != bindparam("p_agent_id"))
           for k in range(topic_count))])
 
@@ -142,121 +134,129 @@ def clamp_poll_limit(value: object) -> int:
     return max(1, min(int(number), MAX_POLL))
 
 
-class MessageOps(Operations):
-    """The message audit log."""
+def audit_log(scope: Scope, type: MessageType, from_agent: str, to_agent: str, topic: str,
+              priority: int = 5, ttl_ms: int = 300_000, payload: Any = None,
+              trace_id: str | None = None, correlation_id: str | None = None,
+              status: MessageStatus = "queued") -> Message:
+    """Record a message; ids default to fresh UUIDv7s and the payload to {}."""
+    return record_message(scope, type, from_agent, to_agent, topic, priority, ttl_ms,
+                                payload, trace_id, correlation_id, status,
+                                max_depth=MAX_JSON_DEPTH)
 
-    def audit_log(self, type: MessageType, from_agent: str, to_agent: str, topic: str,
-                  priority: int = 5, ttl_ms: int = 300_000, payload: Any = None,
-                  trace_id: str | None = None, correlation_id: str | None = None,
-                  status: MessageStatus = "queued") -> Message:
-        """Record a message; ids default to fresh UUIDv7s and the payload to {}."""
-        return self._record_message(type, from_agent, to_agent, topic, priority, ttl_ms,
-                                    payload, trace_id, correlation_id, status,
-                                    max_depth=MAX_JSON_DEPTH)
 
-    def _record_message(self, type: str, from_agent: str, to_agent: str, topic: str,
-                        priority: int, ttl_ms: int, payload: Any, trace_id: str | None,
-                        correlation_id: str | None, status: str, *,
-                        max_depth: int) -> Message:
-        """audit_log, also for the hub's own messages, whose payload wraps a caller's
-        value one level deeper (a handoff holds the job's payload): ``max_depth``."""
-        require_enum(type, MESSAGE_TYPES, "type")
-        require_id(from_agent, "from_agent")
-        require_id(to_agent, "to_agent")
-        require_key(topic, "topic")
-        require_int(priority, "priority", minimum=1, maximum=9)
-        require_duration(ttl_ms, "ttl_ms")
-        body = json_value(payload, "payload", default={}, max_depth=max_depth)
-        optional_id(trace_id, "trace_id")
-        optional_id(correlation_id, "correlation_id")
-        require_enum(status, MESSAGE_STATUSES, "status")
-        with self.one_statement() as uow:  # the INSERT (its triggers are part of it)
-            now = now_ms()
-            row = {
-                "id": uuidv7(), "type": type, "from_agent": from_agent, "to_agent": to_agent,
-                "topic": topic, "priority": priority, "ttl_ms": ttl_ms, "created_at_ms": now,
-                "expires_at_ms": now + ttl_ms, "correlation_id": correlation_id or uuidv7(),
-                "trace_id": trace_id or uuidv7(), "payload_json": body, "status": status,
-            }
-            # One INSERT, no ORM flush; the returned object is a plain (transient) row.
-            _INSERT.run(uow, row)
-            return Message.from_row(row)
+def record_message(scope: Scope, type: str, from_agent: str, to_agent: str, topic: str,
+                    priority: int, ttl_ms: int, payload: Any, trace_id: str | None,
+                    correlation_id: str | None, status: str, *,
+                    max_depth: int) -> Message:
+    """audit_log, also for the hub's own messages, whose payload wraps a caller's
+    value one level deeper (a handoff holds the job's payload): ``max_depth``."""
+    require_enum(type, MESSAGE_TYPES, "type")
+    require_id(from_agent, "from_agent")
+    require_id(to_agent, "to_agent")
+    require_key(topic, "topic")
+    require_int(priority, "priority", minimum=1, maximum=9)
+    require_duration(ttl_ms, "ttl_ms")
+    body = json_value(payload, "payload", default={}, max_depth=max_depth)
+    optional_id(trace_id, "trace_id")
+    optional_id(correlation_id, "correlation_id")
+    require_enum(status, MESSAGE_STATUSES, "status")
+    with scope.one_statement() as uow:  # the INSERT (its triggers are part of it)
+        now = now_ms()
+        row = {
+            "id": uuidv7(), "type": type, "from_agent": from_agent, "to_agent": to_agent,
+            "topic": topic, "priority": priority, "ttl_ms": ttl_ms, "created_at_ms": now,
+            "expires_at_ms": now + ttl_ms, "correlation_id": correlation_id or uuidv7(),
+            "trace_id": trace_id or uuidv7(), "payload_json": body, "status": status,
+        }
+        # One INSERT, no ORM flush; the returned object is a plain (transient) row.
+        _INSERT.run(uow, row)
+        return from_row(Message, row)
 
-    def enqueue_message(self, type: MessageType, from_agent: str, to_agent: str, topic: str,
-                        priority: int = 5, ttl_ms: int = 300_000, payload: Any = None,
-                        trace_id: str | None = None, correlation_id: str | None = None,
-                        status: MessageStatus = "queued") -> Message:
-        """The same as audit_log (kept for compatibility)."""
-        return self.audit_log(type, from_agent, to_agent, topic, priority, ttl_ms, payload,
-                              trace_id, correlation_id, status)
 
-    def get_message(self, id: str) -> Message | None:
-        """The message, or None."""
-        lookup_key(id, "id")
-        with self.unit_of_work(write=False) as uow:
-            return uow.session.get(Message, id)
+def enqueue_message(scope: Scope, type: MessageType, from_agent: str, to_agent: str, topic: str,
+                    priority: int = 5, ttl_ms: int = 300_000, payload: Any = None,
+                    trace_id: str | None = None, correlation_id: str | None = None,
+                    status: MessageStatus = "queued") -> Message:
+    """The same as audit_log (kept for compatibility)."""
+    return audit_log(scope, type, from_agent, to_agent, topic, priority, ttl_ms, payload,
+                          trace_id, correlation_id, status)
 
-    def get_response_by_correlation(self, correlation_id: str) -> Message | None:
-        """The newest response with that correlation id."""
-        lookup_key(correlation_id, "correlation_id")
-        with self.unit_of_work(write=False) as uow:
-            return uow.session.scalars(
-                select(Message).where(Message.correlation_id == correlation_id,
-                                      Message.type == "response")
-                .order_by(*_newest_first).limit(1)).first()
 
-    def get_messages_by_trace(self, trace_id: str) -> list[Message]:
-        """Every message of a trace, oldest first."""
-        lookup_key(trace_id, "trace_id")
-        with self.unit_of_work(write=False) as uow:
-            return list(uow.session.scalars(
-                select(Message).where(Message.trace_id == trace_id)
-                .order_by(Message.created_at_ms, Message.id)))
+def get_message(scope: Scope, id: str) -> Message | None:
+    """The message, or None."""
+    lookup_key(id, "id")
+    with scope.unit_of_work(write=False) as uow:
+        return uow.session.get(Message, id)
 
-    def update_message_status(self, id: str, status: MessageStatus) -> bool:
-        """Set a message's status; True when it exists."""
-        require_id(id, "id")
-        require_enum(status, MESSAGE_STATUSES, "status")
-        with self.unit_of_work() as uow:
-            return update_row(uow, _messages, id, status=status)
 
-    def poll_for_agent(self, agent_id: str, max_messages: object = DEFAULT_POLL,
-                       include_topics: Iterable[str] | None = None) -> list[Message]:
-        """The newest messages for an agent: sent to it, or to a topic it follows.
+def get_response_by_correlation(scope: Scope, correlation_id: str) -> Message | None:
+    """The newest response with that correlation id."""
+    lookup_key(correlation_id, "correlation_id")
+    with scope.unit_of_work(write=False) as uow:
+        return uow.session.scalars(
+            select(Message).where(Message.correlation_id == correlation_id,
+                                  Message.type == "response")
+            .order_by(*_newest_first).limit(1)).first()
 
-        The topics are ``include_topics`` when it is a non-empty list, else the agent's
-        own. One index range scan per branch (the agent, then each topic), each cut at
-        the limit, merged newest first: no scan of the whole table, whatever its size.
-        """
-        require_id(agent_id, "agent_id")
-        limit = clamp_poll_limit(max_messages)
-        wanted = string_list(include_topics, "include_topics") if include_topics else []
-        topics = list(dict.fromkeys(wanted))
-        if not topics:  # the agent's own topics, read first (a SELECT of its own)
-            with self.one_read() as uow:
-                topics = feed_topics(uow, agent_id, [])
-        with self.one_read() as uow:
-            return poll_messages(uow, agent_id, limit, topics)
 
-    def get_audit_messages_for_agent(self, agent_id: str, max_messages: object = DEFAULT_POLL,
-                                     include_topics: Iterable[str] | None = None
-                                     ) -> list[Message]:
-        """The same as poll_for_agent."""
-        return self.poll_for_agent(agent_id, max_messages, include_topics)
+def get_messages_by_trace(scope: Scope, trace_id: str) -> list[Message]:
+    """Every message of a trace, oldest first."""
+    lookup_key(trace_id, "trace_id")
+    with scope.unit_of_work(write=False) as uow:
+        return list(uow.session.scalars(
+            select(Message).where(Message.trace_id == trace_id)
+            .order_by(Message.created_at_ms, Message.id)))
 
-    def deliver_to_agent(self, message_id: str, agent_id: str) -> bool:
-        """True when the message exists and an agent id was given (nothing is written)."""
-        lookup_key(message_id, "message_id")
-        lookup_key(agent_id, "agent_id")
-        with self.unit_of_work(write=False) as uow:
-            return bool(agent_id) and uow.get_message(message_id) is not None
 
-    def deliver_to_topic(self, message_id: str, topic: str) -> int:
-        """How many non-offline agents follow the topic (nothing is written)."""
-        lookup_key(message_id, "message_id")
-        with self.unit_of_work(write=False) as uow:
-            return len(uow.get_agents_by_topic(topic))
+def update_message_status(scope: Scope, id: str, status: MessageStatus) -> bool:
+    """Set a message's status; True when it exists."""
+    require_id(id, "id")
+    require_enum(status, MESSAGE_STATUSES, "status")
+    with scope.unit_of_work() as uow:
+        return update_row(uow, _messages, id, status=status)
 
-    def ack_messages(self, *args: Any, **kwargs: Any) -> int:
-        """Kept for compatibility with the reference: acknowledges nothing, returns 0."""
-        return 0
+
+def poll_for_agent(scope: Scope, agent_id: str, max_messages: object = DEFAULT_POLL,
+                   include_topics: Iterable[str] | None = None) -> list[Message]:
+    """The newest messages for an agent: sent to it, or to a topic it follows.
+
+    The topics are ``include_topics`` when it is a non-empty list, else the agent's
+    own. One index range scan per branch (the agent, then each topic), each cut at
+    the limit, merged newest first: no scan of the whole table, whatever its size.
+    """
+    require_id(agent_id, "agent_id")
+    limit = clamp_poll_limit(max_messages)
+    wanted = string_list(include_topics, "include_topics") if include_topics else []
+    topics = list(dict.fromkeys(wanted))
+    if not topics:  # the agent's own topics, read first (a SELECT of its own)
+        with scope.one_read() as uow:
+            topics = feed_topics(uow, agent_id, [])
+    with scope.one_read() as uow:
+        return poll_messages(uow, agent_id, limit, topics)
+
+
+def get_audit_messages_for_agent(scope: Scope, agent_id: str, max_messages: object = DEFAULT_POLL,
+                                 include_topics: Iterable[str] | None = None
+                                 ) -> list[Message]:
+    """The same as poll_for_agent."""
+    return poll_for_agent(scope, agent_id, max_messages, include_topics)
+
+
+def deliver_to_agent(scope: Scope, message_id: str, agent_id: str) -> bool:
+    """True when the message exists and an agent id was given (nothing is written)."""
+    lookup_key(message_id, "message_id")
+    lookup_key(agent_id, "agent_id")
+    with scope.unit_of_work(write=False) as uow:
+        return bool(agent_id) and get_message(uow, message_id) is not None
+
+
+def deliver_to_topic(scope: Scope, message_id: str, topic: str) -> int:
+    """How many non-offline agents follow the topic (nothing is written)."""
+    lookup_key(message_id, "message_id")
+    with scope.unit_of_work(write=False) as uow:
+        return len(get_agents_by_topic(uow, topic))
+
+
+def ack_messages(scope: Scope, *args: Any, **kwargs: Any) -> int:
+    """Kept for compatibility with the reference: acknowledges nothing, returns 0."""
+    return 0

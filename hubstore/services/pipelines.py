@@ -8,7 +8,7 @@ from sqlalchemy import delete, select
 
 from hubstore.ids import now_ms
 from hubstore.models import PipelineState, table_of
-from hubstore.services.base import Operations, upsert
+from hubstore.transaction import Scope
 from hubstore.types import PipelineFields
 from hubstore.validation import json_value, lookup_key, optional_int, require_id, require_text
 
@@ -17,56 +17,56 @@ _INT_FIELDS = ("fix_attempt", "fix_max", "ralph_iteration", "ralph_max")
 _FIELDS = ("phase", *_INT_FIELDS, "artifacts", "phase_history")
 
 
-class PipelineOps(Operations):
-    """Team pipeline state."""
+def get_pipeline_state(scope: Scope, team_name: str) -> PipelineState | None:
+    """The team's state, or None."""
+    lookup_key(team_name, "team_name")
+    with scope.unit_of_work(write=False) as uow:
+        return uow.session.get(PipelineState, team_name)
 
-    def get_pipeline_state(self, team_name: str) -> PipelineState | None:
-        """The team's state, or None."""
-        lookup_key(team_name, "team_name")
-        with self.unit_of_work(write=False) as uow:
-            return uow.session.get(PipelineState, team_name)
 
-    def save_pipeline_state(self, team_name: str,
-                            **changes: Unpack[PipelineFields]) -> PipelineState:
-        """Insert the team's state, or update the named fields of it."""
-        require_id(team_name, "team_name")
-        fields = dict(changes)
-        unknown = sorted(set(fields) - set(_FIELDS))
-        if unknown:
-            raise_unknown(unknown)
-        if "phase" in fields:
-            require_text(fields["phase"], "phase")
-        for name in _INT_FIELDS:
-            if name in fields:
-                optional_int(fields[name], name)
-        for name in ("artifacts", "phase_history"):
-            if name in fields:
-                json_value(fields[name], name)
-        with self.unit_of_work() as uow:
-            now = now_ms()
-            values = {"team_name": team_name, "created_at": now, "updated_at": now, **fields}
-            stmt = upsert(uow.dialect, _pipelines).values(values)
-            stmt = stmt.on_conflict_do_update(
-                index_elements=[_pipelines.c.team_name],
-                set_={k: stmt.excluded[k] for k in (*fields, "updated_at")})
-            uow.connection.execute(stmt)
-            state = uow.session.get(PipelineState, team_name, populate_existing=True)
-            assert state is not None
-            return state
+def save_pipeline_state(scope: Scope, team_name: str,
+                        **changes: Unpack[PipelineFields]) -> PipelineState:
+    """Insert the team's state, or update the named fields of it."""
+    require_id(team_name, "team_name")
+    fields = dict(changes)
+    unknown = sorted(set(fields) - set(_FIELDS))
+    if unknown:
+        raise_unknown(unknown)
+    if "phase" in fields:
+        require_text(fields["phase"], "phase")
+    for name in _INT_FIELDS:
+        if name in fields:
+            optional_int(fields[name], name)
+    for name in ("artifacts", "phase_history"):
+        if name in fields:
+            json_value(fields[name], name)
+    with scope.unit_of_work() as uow:
+        now = now_ms()
+        values = {"team_name": team_name, "created_at": now, "updated_at": now, **fields}
+        stmt = uow.sql.insert(_pipelines).values(values)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=[_pipelines.c.team_name],
+            set_={k: stmt.excluded[k] for k in (*fields, "updated_at")})
+        uow.connection.execute(stmt)
+        state = uow.session.get(PipelineState, team_name, populate_existing=True)
+        assert state is not None
+        return state
 
-    def remove_pipeline_state(self, team_name: str) -> bool:
-        """Delete the team's state; True when there was one."""
-        lookup_key(team_name, "team_name")
-        with self.unit_of_work() as uow:
-            result = uow.connection.execute(
-                delete(_pipelines).where(_pipelines.c.team_name == team_name))
-            return bool(result.rowcount)
 
-    def list_pipeline_states(self) -> list[PipelineState]:
-        """Every team's state, by team name."""
-        with self.unit_of_work(write=False) as uow:
-            return list(uow.session.scalars(
-                select(PipelineState).order_by(PipelineState.team_name)))
+def remove_pipeline_state(scope: Scope, team_name: str) -> bool:
+    """Delete the team's state; True when there was one."""
+    lookup_key(team_name, "team_name")
+    with scope.unit_of_work() as uow:
+        result = uow.connection.execute(
+            delete(_pipelines).where(_pipelines.c.team_name == team_name))
+        return bool(result.rowcount)
+
+
+def list_pipeline_states(scope: Scope) -> list[PipelineState]:
+    """Every team's state, by team name."""
+    with scope.unit_of_work(write=False) as uow:
+        return list(uow.session.scalars(
+            select(PipelineState).order_by(PipelineState.team_name)))
 
 
 def raise_unknown(names: list[str]) -> None:

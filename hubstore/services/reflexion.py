@@ -4,37 +4,28 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import Any, Unpack
 
 from sqlalchemy import (
-    JSON,
-    BindParameter,
     ColumnElement,
     Float,
-    Text,
     TextClause,
-    and_,
     bindparam,
-    cast,
     delete,
-    exists,
-    func,
     insert,
-    literal_column,
-    or_,
     select,
-    text,
-    type_coerce,
     update,
 )
-from sqlalchemy.dialects.postgresql import JSONB
 
+from hubstore.dialects import ContextSignature, SqlDialect
 from hubstore.errors import ValidationError
+from hubstore.execution import from_row
 from hubstore.ids import now_ms, uuidv7
 from hubstore.jsontype import dumps
 from hubstore.models import REFLEXION_TYPES, ReflexionEntry, table_of
 from hubstore.reflexion import recalc_confidence
-from hubstore.services.base import Operations, Prepared, const, resolve_now
+from hubstore.services.base import Prepared, resolve_now
+from hubstore.transaction import Scope
 from hubstore.types import ReflexionPatch, ReflexionType
 from hubstore.validation import (
     MAX_PATTERN_BYTES,
@@ -50,15 +41,9 @@ from hubstore.validation import (
     require_text,
 )
 
-if TYPE_CHECKING:
-    pass
-
 THIRTY_DAYS_MS = 30 * 24 * 60 * 60 * 1000
 SUBSTRING_LIMIT = 10
 NEEDLE_UTF16_UNITS = 100
-_UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-_LOWER = _UPPER.lower()
-_ASCII_LOWER = str.maketrans(_UPPER, _LOWER)
 _entries = table_of(ReflexionEntry)
 _by_confidence = (_entries.c.confidence.desc(), _entries.c.id)
 _INSERT = Prepared(insert(_entries).values({c.name: bindparam(c.name) for c in _entries.c}))
@@ -107,68 +92,35 @@ def _kind(value: str | int | float) -> str:
     return "number" if isinstance(value, int | float) else "text"
 
 
-def _one_of(expr: ColumnElement[Any], names: tuple[str, ...]) -> ColumnElement[bool]:
-    """``expr`` equals one of ``names``, with plain bound values (no expanding IN)."""
-    return or_(*(expr == bindparam(None, name, Text) for name in names))
-
-
-def _sqlite_key_equals(key: str, kind: str, value: BindParameter[Any]) -> ColumnElement[bool]:
-    column = _entries.c.context_json
-    types = {"text": ("text",), "number": ("integer", "real")}.get(kind, (kind,))
-    if '"' in key:
-        # SQLite's JSON paths cannot name a key holding a double quote: look it up
-        # through json_each instead, still with the key bound.
-        each = func.json_each(column).table_valued("key", "value", "type")
-        conditions = [each.c.key == key, _one_of(each.c.type, types)]
-        if kind in ("text", "number"):
-            conditions.append(each.c.value == value)
-        return exists(select(1).select_from(each).where(*conditions))
-    element = type_coerce(column, JSON)[key]  # SQLAlchemy binds the path '$."key"'
-    type_ok = _one_of(func.json_type(column, bindparam(None, f'$."{key}"', Text)), types)
-    if kind == "number":
-        return and_(type_ok, element.as_float() == value)
-    if kind == "text":
-        return and_(type_ok, element.as_string() == value)
-    return type_ok
-
-
-def _context_filters(dialect: str, signature: Signature) -> list[ColumnElement[bool]]:
+def _context_filters(sql: SqlDialect, signature: ContextSignature
+                     ) -> list[ColumnElement[bool]]:
     """One equality per key, through SQLAlchemy's JSON operators; keys and values are
     bound (value i as parameter p_value_i)."""
-    if dialect == "postgresql":
-        column = type_coerce(_entries.c.context_json, JSONB)
-        return [column[key] == cast(bindparam(f"p_value_{i}", type_=Text), JSONB)
-                for i, (key, _) in enumerate(signature)]
-    return [_sqlite_key_equals(key, kind, bindparam(f"p_value_{i}"))
+    return [sql.json_key_equals(_entries.c.context_json, key, kind, bindparam(f"p_value_{i}"))
             for i, (key, kind) in enumerate(signature)]
 
 
-def _substring_match(dialect: str, trigram: bool) -> list[ColumnElement[bool] | TextClause]:
-    """error_pattern LIKE p_like: case-blind for ASCII letters only, as SQLite's LIKE."""
-    if dialect == "postgresql":
-        folded = func.translate(_entries.c.error_pattern, const(_UPPER), const(_LOWER))
-        return [folded.like(bindparam("p_like"), escape="\\")]
+def _substring_match(sql: SqlDialect, trigram: bool) -> list[ColumnElement[bool] | TextClause]:
+    """error_pattern LIKE p_like: case-blind for ASCII letters only, as SQLite's LIKE;
+    narrowed by the trigram index where the dialect has it."""
     conditions: list[ColumnElement[bool] | TextClause] = [
-        _entries.c.error_pattern.like(bindparam("p_like"), escape="\\")]
-    if trigram:
-        # The trigram index narrows the rows; LIKE above keeps the exact semantics.
-        conditions.append(text(
-            "reflexion_entries.rowid IN (SELECT rowid FROM reflexion_entries_fts "
-            "WHERE reflexion_entries_fts MATCH :p_phrase)"))
+        sql.ascii_like(_entries.c.error_pattern, bindparam("p_like"))]
+    narrowed = sql.trigram_filter() if trigram else None
+    if narrowed is not None:
+        conditions.append(narrowed)
     return conditions
 
 
-Signature = tuple[tuple[str, str], ...]
 
 
 @functools.lru_cache(maxsize=256)
-def find_statements(dialect: str, signature: Signature,
+def find_statements(sql: SqlDialect, signature: ContextSignature,
                     trigram: bool) -> tuple[Prepared, Prepared]:
     """The exact and the substring query for these filter keys, built once."""
-    where = _context_filters(dialect, signature)
+    where = _context_filters(sql, signature)
     exact = (select(_entries).where(_entries.c.error_pattern == bindparam("p_pattern"),
                                     *where).order_by(*_by_confidence))
-    substring = (select(_entries).where(*_substring_match(dialect, trigram), *where)
+    substring = (select(_entries).where(*_substring_match(sql, trigram), *where)
                  .order_by(*_by_confidence).limit(SUBSTRING_LIMIT))
     return Prepared(exact, _entries), Prepared(substring, _entries)
 
@@ -179,18 +131,6 @@ def recalc(hit_count: int, success_count: int) -> float:
     return max(0.0, min(1.0, value))
 
 
-#: list_reflexion's project_slug filter: the expressions that revision 0005 indexes,
-#: repeated verbatim (a planner uses an expression index only for the expression it
-#: indexes, so the JSON path is constant SQL text here; the slug itself is bound).
-#: SQLite: the slug when it is a JSON string, else NULL (json_extract would return an
-#: array or object as JSON text). PostgreSQL: jsonb equality with a jsonb string.
-_SLUG_EXPRESSION = {
-    "sqlite": literal_column(
-        "CASE WHEN json_valid(adaptive_state_json) THEN "
-        "CASE json_type(adaptive_state_json, '$.project_slug') "
-        "WHEN 'text' THEN json_extract(adaptive_state_json, '$.project_slug') END END", Text),
-    "postgresql": literal_column("adaptive_state_json -> 'project_slug'", JSONB),
-}
 _LIST_ORDER = (_entries.c.confidence.desc(), _entries.c.updated_at_ms.desc(), _entries.c.id)
 #: What patch_reflexion may set (10.17.4's patchReflexion writes exactly these columns).
 PATCHABLE = ("type", "error_pattern", "error_message", "context", "solution", "solution_code",
@@ -202,7 +142,8 @@ _DELETE = Prepared(delete(_entries).where(_entries.c.id == bindparam("p_id")))
 
 
 @functools.lru_cache(maxsize=16)
-def list_statement(dialect: str, by_type: bool, by_confidence: bool, by_slug: bool) -> Prepared:
+def list_statement(sql: SqlDialect, by_type: bool, by_confidence: bool, by_slug: bool
+                   ) -> Prepared:
     """list_reflexion's query for this combination of filters, built once."""
     where: list[ColumnElement[bool]] = []
     if by_type:
@@ -210,10 +151,7 @@ def list_statement(dialect: str, by_type: bool, by_confidence: bool, by_slug: bo
     if by_confidence:
         where.append(_entries.c.confidence >= bindparam("p_min", type_=Float))
     if by_slug:
-        slug = _SLUG_EXPRESSION[dialect]
-        value = (cast(bindparam("p_slug", type_=Text), JSONB) if dialect == "postgresql"
-                 else bindparam("p_slug", type_=Text))
-        where.append(slug == value)
+        where.append(sql.project_slug() == sql.project_slug_param("p_slug"))
     return Prepared(select(_entries).where(*where).order_by(*_LIST_ORDER), _entries)
 
 
@@ -255,159 +193,163 @@ def check_patch(patch: Mapping[str, Any]) -> dict[str, Any]:
     return values
 
 
-class ReflexionOps(Operations):
-    """Error learning."""
+def add_reflexion(scope: Scope, error_pattern: str, error_message: str, solution: str,
+                  context: dict[str, Any] | None = None, solution_code: str | None = None,
+                  type: ReflexionType = "reflexion",
+                  adaptive_state: dict[str, Any] | None = None) -> ReflexionEntry:
+    """A new entry with confidence 0.5 and one hit."""
+    require_key(error_pattern, "error_pattern", MAX_PATTERN_BYTES)
+    require_text(error_message, "error_message")
+    require_text(solution, "solution")
+    ctx = json_object(context, "context")
+    if solution_code is not None:
+        require_text(solution_code, "solution_code")
+    require_enum(type, REFLEXION_TYPES, "type")
+    state = json_object(adaptive_state, "adaptive_state")
+    with scope.unit_of_work() as uow:
+        now = now_ms()
+        row = {
+            "id": uuidv7(), "type": type, "error_pattern": error_pattern,
+            "error_message": error_message, "context_json": ctx, "solution": solution,
+            "solution_code": solution_code, "adaptive_state_json": state,
+            "confidence": 0.5, "hit_count": 1, "success_count": 0, "last_hit_ms": now,
+            "created_at_ms": now, "updated_at_ms": now,
+        }
+        _INSERT.run(uow, row)
+        return from_row(ReflexionEntry, row)
 
-    def add_reflexion(self, error_pattern: str, error_message: str, solution: str,
-                      context: dict[str, Any] | None = None, solution_code: str | None = None,
-                      type: ReflexionType = "reflexion",
-                      adaptive_state: dict[str, Any] | None = None) -> ReflexionEntry:
-        """A new entry with confidence 0.5 and one hit."""
-        require_key(error_pattern, "error_pattern", MAX_PATTERN_BYTES)
-        require_text(error_message, "error_message")
-        require_text(solution, "solution")
-        ctx = json_object(context, "context")
-        if solution_code is not None:
-            require_text(solution_code, "solution_code")
-        require_enum(type, REFLEXION_TYPES, "type")
-        state = json_object(adaptive_state, "adaptive_state")
-        with self.unit_of_work() as uow:
-            now = now_ms()
-            row = {
-                "id": uuidv7(), "type": type, "error_pattern": error_pattern,
-                "error_message": error_message, "context_json": ctx, "solution": solution,
-                "solution_code": solution_code, "adaptive_state_json": state,
-                "confidence": 0.5, "hit_count": 1, "success_count": 0, "last_hit_ms": now,
-                "created_at_ms": now, "updated_at_ms": now,
-            }
-            _INSERT.run(uow, row)
-            return ReflexionEntry.from_row(row)
 
-    def get_reflexion(self, id: str) -> ReflexionEntry | None:
-        """The entry, or None."""
-        lookup_key(id, "id")
-        with self.unit_of_work(write=False) as uow:
-            return uow.session.get(ReflexionEntry, id)
+def get_reflexion(scope: Scope, id: str) -> ReflexionEntry | None:
+    """The entry, or None."""
+    lookup_key(id, "id")
+    with scope.unit_of_work(write=False) as uow:
+        return uow.session.get(ReflexionEntry, id)
 
-    def find_reflexion(self, error_pattern: str,
-                       context: dict[str, Any] | None = None) -> list[ReflexionEntry]:
-        """Entries with exactly this pattern; failing that, up to 10 that contain it.
 
-        Both by confidence, highest first. Every non-None context value is an equality
-        filter on that key of the stored context (True never matches 1).
-        """
-        return self._find_reflexion(error_pattern, context, substring=True)
+def find_reflexion(scope: Scope, error_pattern: str,
+                   context: dict[str, Any] | None = None) -> list[ReflexionEntry]:
+    """Entries with exactly this pattern; failing that, up to 10 that contain it.
 
-    def find_reflexion_exact(self, error_pattern: str,
-                             context: dict[str, Any] | None = None) -> list[ReflexionEntry]:
-        """find_reflexion without the substring fallback: the entries with exactly this
-        pattern (learn_from_error's lookup: no substring match is the entry it wants,
-        and on SQLite the trigram search costs more than the rest of a learn)."""
-        return self._find_reflexion(error_pattern, context, substring=False)
+    Both by confidence, highest first. Every non-None context value is an equality
+    filter on that key of the stored context (True never matches 1).
+    """
+    return find_matching(scope, error_pattern, context, substring=True)
 
-    def _find_reflexion(self, error_pattern: str, context: dict[str, Any] | None, *,
-                        substring: bool) -> list[ReflexionEntry]:
-        lookup_key(error_pattern, "error_pattern")
-        filters = check_context_filter(context)
-        signature = tuple((key, _kind(value)) for key, value in filters.items())
-        needle = first_utf16_units(error_pattern, NEEDLE_UTF16_UNITS)
-        with self.one_read() as uow:  # the exact SELECT
-            params: dict[str, Any] = {"p_pattern": error_pattern}
-            if uow.dialect == "postgresql":  # JSONB compares JSON values
-                params.update((f"p_value_{i}", dumps(v)) for i, v in enumerate(filters.values()))
-                params["p_like"] = "%" + like_escape(needle.translate(_ASCII_LOWER)) + "%"
-            else:
-                params.update((f"p_value_{i}", v) for i, v in enumerate(filters.values())
-                              if not isinstance(v, bool))
-                params["p_like"] = "%" + like_escape(needle) + "%"
-                params["p_phrase"] = '"' + needle.replace('"', '""') + '"'
-            trigram = uow.store.features.reflexion_fts and len(needle) >= 3
-            exact, contains = find_statements(uow.dialect, signature, trigram)
-            found = exact.instances(uow, params, ReflexionEntry)
-        if found or not substring:
-            return found
-        with self.one_read() as uow:  # no exact match: the substring SELECT
-            return contains.instances(uow, params, ReflexionEntry)
 
-    def update_reflexion_hit(self, id: str, success: bool = False) -> ReflexionEntry | None:
-        """One more hit (and success): confidence is recalculated."""
-        require_id(id, "id")
-        with self.unit_of_work() as uow:
-            # Read under the row lock (SQLite: the write lock), then one guarded write.
-            found = _LOCK_COUNTS.first(uow, {"p_id": id})
-            if found is None:
-                return None
-            hits = found["hit_count"] + 1
-            successes = found["success_count"] + (1 if success else 0)
-            now = now_ms()
-            [entry] = _RECORD_HIT.instances(uow, {
-                "p_id": id, "p_hits": hits, "p_successes": successes, "p_now": now,
-                "p_confidence": recalc(hits, successes)}, ReflexionEntry)
-            return entry
+def find_reflexion_exact(scope: Scope, error_pattern: str,
+                         context: dict[str, Any] | None = None) -> list[ReflexionEntry]:
+    """find_reflexion without the substring fallback: the entries with exactly this
+    pattern (learn_from_error's lookup: no substring match is the entry it wants,
+    and on SQLite the trigram search costs more than the rest of a learn)."""
+    return find_matching(scope, error_pattern, context, substring=False)
 
-    def prune_reflexion(self, max_age_ms: int = THIRTY_DAYS_MS, min_confidence: float = 0.2,
-                        now_ms: int | None = None) -> int:
-        """Delete entries both older than max_age and below min_confidence."""
-        require_duration(max_age_ms, "max_age_ms")
-        threshold = require_number(min_confidence, "min_confidence")
-        now = resolve_now(now_ms)
-        with self.unit_of_work() as uow:
-            result = uow.connection.execute(
-                delete(_entries).where(_entries.c.updated_at_ms < now - max_age_ms,
-                                       _entries.c.confidence < threshold))
-            return int(result.rowcount)
 
-    def list_reflexion(self, type: str | None = None, min_confidence: float | None = None,
-                       project_slug: str | None = None) -> list[ReflexionEntry]:
-        """Every entry, filtered, as 10.17.4's ``listReflexion``.
+def find_matching(scope: Scope, error_pattern: str, context: dict[str, Any] | None, *,
+                    substring: bool) -> list[ReflexionEntry]:
+    lookup_key(error_pattern, "error_pattern")
+    filters = check_context_filter(context)
+    signature = tuple((key, _kind(value)) for key, value in filters.items())
+    needle = first_utf16_units(error_pattern, NEEDLE_UTF16_UNITS)
+    with scope.one_read() as uow:  # the exact SELECT
+        sql = uow.sql
+        params: dict[str, Any] = {"p_pattern": error_pattern,
+                                  "p_like": "%" + like_escape(sql.like_needle(needle)) + "%",
+                                  "p_phrase": '"' + needle.replace('"', '""') + '"'}
+        for i, value in enumerate(filters.values()):
+            bound = sql.json_filter_value(value)
+            if bound is not None:
+                params[f"p_value_{i}"] = bound
+        trigram = uow.db.features.reflexion_fts and len(needle) >= 3
+        exact, contains = find_statements(sql, signature, trigram)
+        found = exact.instances(uow, params, ReflexionEntry)
+    if found or not substring:
+        return found
+    with scope.one_read() as uow:  # no exact match: the substring SELECT
+        return contains.instances(uow, params, ReflexionEntry)
 
-        Ordered by confidence, then updated_at_ms, both descending, then id. ``type``:
-        that type only; ``min_confidence``: confidence at least this (inclusive);
-        ``project_slug``: ``adaptive_state["project_slug"]`` is exactly this string (as
-        JavaScript's ``===``: the number 1 does not match "1"). None or "" for type or
-        project_slug means no filter.
 
-        The project_slug filter is index-backed: revision 0005's expression index on the
-        JSON path ``project_slug`` of ``adaptive_state_json`` (SQLite: a B-tree on the
-        extracted string; PostgreSQL: a hash index on ``adaptive_state_json ->
-        'project_slug'``), so it stays fast on 100,000 entries.
-        """
-        params: dict[str, Any] = {}
-        if type is not None and type != "":
-            params["p_type"] = require_enum(type, REFLEXION_TYPES, "type")
-        if min_confidence is not None:
-            params["p_min"] = require_number(min_confidence, "min_confidence", infinite=True)
-        if project_slug is not None and project_slug != "":
-            # checked as JSON on both dialects (U+0000 is refused on both)
-            encoded = dumps(require_text(project_slug, "project_slug"), "project_slug")
-            params["p_slug"] = project_slug
-        with self.unit_of_work(write=False) as uow:
-            if "p_slug" in params and uow.dialect == "postgresql":
-                params["p_slug"] = encoded  # compared as jsonb
-            statement = list_statement(uow.dialect, "p_type" in params, "p_min" in params,
-                                       "p_slug" in params)
-            return [ReflexionEntry.from_row(row) for row in statement.rows(uow, params)]
+def update_reflexion_hit(scope: Scope, id: str, success: bool = False) -> ReflexionEntry | None:
+    """One more hit (and success): confidence is recalculated."""
+    require_id(id, "id")
+    with scope.unit_of_work() as uow:
+        # Read under the row lock (SQLite: the write lock), then one guarded write.
+        found = _LOCK_COUNTS.first(uow, {"p_id": id})
+        if found is None:
+            return None
+        hits = found["hit_count"] + 1
+        successes = found["success_count"] + (1 if success else 0)
+        now = now_ms()
+        [entry] = _RECORD_HIT.instances(uow, {
+            "p_id": id, "p_hits": hits, "p_successes": successes, "p_now": now,
+            "p_confidence": recalc(hits, successes)}, ReflexionEntry)
+        return entry
 
-    def patch_reflexion(self, id: str, **patch: Unpack[ReflexionPatch]
-                        ) -> ReflexionEntry | None:
-        """Set the given fields of an entry, as 10.17.4's ``patchReflexion``; None if missing.
 
-        ``context=None`` and ``adaptive_state=None`` keep the current value;
-        ``updated_at_ms`` defaults to now. Counts and confidence are stored as given
-        (confidence is not recalculated). ``id`` and ``created_at_ms`` cannot be patched;
-        an unknown field, like any bad value, is a ValidationError, and nothing is written.
-        """
-        require_id(id, "id")
-        values = check_patch(patch)
-        if values.get("updated_at_ms") is None:
-            values["updated_at_ms"] = now_ms()
-        statement = patch_statement(tuple(sorted(values)))
-        with self.unit_of_work() as uow:
-            rows = statement.rows(uow, {**values, "p_id": id})
-            return ReflexionEntry.from_row(rows[0]) if rows else None
+def prune_reflexion(scope: Scope, max_age_ms: int = THIRTY_DAYS_MS, min_confidence: float = 0.2,
+                    now_ms: int | None = None) -> int:
+    """Delete entries both older than max_age and below min_confidence."""
+    require_duration(max_age_ms, "max_age_ms")
+    threshold = require_number(min_confidence, "min_confidence")
+    now = resolve_now(now_ms)
+    with scope.unit_of_work() as uow:
+        result = uow.connection.execute(
+            delete(_entries).where(_entries.c.updated_at_ms < now - max_age_ms,
+                                   _entries.c.confidence < threshold))
+        return int(result.rowcount)
 
-    def delete_reflexion(self, id: str) -> bool:
-        """Delete an entry; True when there was one (10.17.4's ``deleteReflexion``)."""
-        require_id(id, "id")
-        with self.unit_of_work() as uow:
-            return _DELETE.run(uow, {"p_id": id}) > 0
+
+def list_reflexion(scope: Scope, type: str | None = None, min_confidence: float | None = None,
+                   project_slug: str | None = None) -> list[ReflexionEntry]:
+    """Every entry, filtered, as 10.17.4's ``listReflexion``.
+
+    Ordered by confidence, then updated_at_ms, both descending, then id. ``type``:
+    that type only; ``min_confidence``: confidence at least this (inclusive);
+    ``project_slug``: ``adaptive_state["project_slug"]`` is exactly this string (as
+    JavaScript's ``===``: the number 1 does not match "1"). None or "" for type or
+    project_slug means no filter.
+
+    The project_slug filter is index-backed: revision 0005's expression index on the
+    JSON path ``project_slug`` of ``adaptive_state_json`` (SQLite: a B-tree on the
+    extracted string; PostgreSQL: a hash index on ``adaptive_state_json ->
+    'project_slug'``), so it stays fast on 100,000 entries.
+    """
+    params: dict[str, Any] = {}
+    if type is not None and type != "":
+        params["p_type"] = require_enum(type, REFLEXION_TYPES, "type")
+    if min_confidence is not None:
+        params["p_min"] = require_number(min_confidence, "min_confidence", infinite=True)
+    if project_slug is not None and project_slug != "":
+        # checked as JSON on both dialects (U+0000 is refused on both)
+        encoded = dumps(require_text(project_slug, "project_slug"), "project_slug")
+    with scope.unit_of_work(write=False) as uow:
+        if project_slug:
+            params["p_slug"] = uow.sql.project_slug_value(project_slug, encoded)
+        statement = list_statement(uow.sql, "p_type" in params, "p_min" in params,
+                                   "p_slug" in params)
+        return [from_row(ReflexionEntry, row) for row in statement.rows(uow, params)]
+
+
+def patch_reflexion(scope: Scope, id: str, **patch: Unpack[ReflexionPatch]
+                    ) -> ReflexionEntry | None:
+    """Set the given fields of an entry, as 10.17.4's ``patchReflexion``; None if missing.
+
+    ``context=None`` and ``adaptive_state=None`` keep the current value;
+    ``updated_at_ms`` defaults to now. Counts and confidence are stored as given
+    (confidence is not recalculated). ``id`` and ``created_at_ms`` cannot be patched;
+    an unknown field, like any bad value, is a ValidationError, and nothing is written.
+    """
+    require_id(id, "id")
+    values = check_patch(patch)
+    if values.get("updated_at_ms") is None:
+        values["updated_at_ms"] = now_ms()
+    statement = patch_statement(tuple(sorted(values)))
+    with scope.unit_of_work() as uow:
+        rows = statement.rows(uow, {**values, "p_id": id})
+        return from_row(ReflexionEntry, rows[0]) if rows else None
+
+
+def delete_reflexion(scope: Scope, id: str) -> bool:
+    """Delete an entry; True when there was one (10.17.4's ``deleteReflexion``)."""
+    require_id(id, "id")
+    with scope.unit_of_work() as uow:
+        return _DELETE.run(uow, {"p_id": id}) > 0

@@ -22,8 +22,9 @@ from typing import TypeVar
 from sqlalchemy import Integer, bindparam, delete, func, select
 
 from hubstore.models import DeadLetter, Message, MessageInbox, MessageLog, table_of
-from hubstore.services.base import Operations, resolve_now
+from hubstore.services.base import resolve_now
 from hubstore.services.stats import FOLD_LOG, LOG_FOLDED, hub_counters
+from hubstore.transaction import Scope
 from hubstore.validation import require_int
 
 PRIORITIES = range(1, 10)  # the CHECK constraint of messages.priority
@@ -66,96 +67,95 @@ Progress = Callable[[int], None]
 _K = TypeVar("_K")
 
 
-class RetentionOps(Operations):
-    """Deleting what is old."""
-
-    def prune_messages(self, older_than_ms: int, now_ms: int | None = None,
-                       batch_size: int = 1000, *, progress: Progress | None = None) -> int:
-        """Delete the messages created strictly before ``now - older_than_ms``, with
-        their inbox rows and dead letters, ``batch_size`` messages per unit of work.
-        Returns how many messages were deleted. ``progress(n)`` is called after each
-        batch with the number of messages it deleted (the command line's progress bar).
-        """
-        require_int(older_than_ms, "older_than_ms", minimum=0)
-        require_int(batch_size, "batch_size", minimum=1)
-        before = resolve_now(now_ms) - older_than_ms
-        deleted = 0
-        for priority in PRIORITIES:
-            start: int | None = None  # created_at_ms where this priority's next batch starts
-            while True:
-                began = time.monotonic()
-                with self.unit_of_work() as uow:
-                    rows = uow.connection.execute(_BATCH, {
-                        "p_priority": priority, "p_before": before, "p_limit": batch_size,
-                        "p_from": -(2 ** 63) if start is None else start}).all()
-                    ids = [row.id for row in rows]
-                    for chunk in _chunks(ids):
-                        uow.connection.execute(delete(_inbox).where(
-                            _inbox.c.message_id.in_(chunk)))
-                        uow.connection.execute(delete(_letters).where(
-                            _letters.c.message_id.in_(chunk)))
-                        uow.connection.execute(delete(_messages).where(
-                            _messages.c.id.in_(chunk)))
-                # Joined into a unit of work still open (called on it, or on the store
-                # inside one), the batches are parts of its transaction: nothing to pause
-                # for, the writer's turn is not given back.
-                pause = uow.store.current_uow.get() is None
-                if not rows:
-                    break
-                deleted += len(ids)
-                start = rows[-1].created_at_ms  # ties not yet deleted are read again
-                if progress is not None:
-                    progress(len(ids))
-                if len(rows) < batch_size:
-                    break
-                if pause:
-                    time.sleep(max(MIN_PAUSE_S, (time.monotonic() - began) * PAUSE_SHARE))
-        if deleted:
-            self._trim_message_log(batch_size)
-        return deleted
-
-    def _trim_message_log(self, batch_size: int) -> None:
-        """Delete the message_log rows (revision 0007) of deleted messages.
-
-        Feeds join the log to messages, so such rows only cost space; and a feed's
-        position stays valid without them (seqs are never handed out again, so messages
-        written later still come after it). The newest log row is never deleted, even
-        when its message is gone: on SQLite seq is the rowid, max(seq) + 1 (revision
-        0008), and that row is the high-water mark that keeps a new message's seq above
-        every cursor. On SQLite the log rows count their inserts in the figures until
-        folded into hub_counters (revision 0009): each batch folds them first, and
-        keeps any a fold has not reached. The oldest messages go first, and their
-        log rows are the lowest seqs: the log is read from its start, a batch at a time
-        (the primary key's range, each seq's message looked up by its key), until a
-        batch finds no row to delete.
-        """
-        after = 0
+def prune_messages(scope: Scope, older_than_ms: int, now_ms: int | None = None,
+                   batch_size: int = 1000, *, progress: Progress | None = None) -> int:
+    """Delete the messages created strictly before ``now - older_than_ms``, with
+    their inbox rows and dead letters, ``batch_size`` messages per unit of work.
+    Returns how many messages were deleted. ``progress(n)`` is called after each
+    batch with the number of messages it deleted (the command line's progress bar).
+    """
+    require_int(older_than_ms, "older_than_ms", minimum=0)
+    require_int(batch_size, "batch_size", minimum=1)
+    before = resolve_now(now_ms) - older_than_ms
+    deleted = 0
+    for priority in PRIORITIES:
+        start: int | None = None  # created_at_ms where this priority's next batch starts
         while True:
-            with self.unit_of_work() as uow:
-                rows = uow.connection.execute(_LOG_SCAN, {
-                    "p_after": after, "p_limit": batch_size}).all()
-                gone = [row.seq for row in rows if row.gone]
-                log_counts = bool(gone) and uow.store.features.log_counts
-                for statement in FOLD_LOG if log_counts else ():
-                    uow.connection.execute(statement)
-                for chunk in _chunks(gone):
-                    trim = delete(_log).where(_log.c.seq.in_(chunk), _log.c.seq < _LOG_HEAD)
-                    if log_counts:
-                        trim = trim.where(_log.c.seq <= _LOG_FOLDED)
-                    uow.connection.execute(trim)
-            if not gone or len(rows) < batch_size:
-                return
-            after = rows[-1].seq
+            began = time.monotonic()
+            with scope.unit_of_work() as uow:
+                rows = uow.connection.execute(_BATCH, {
+                    "p_priority": priority, "p_before": before, "p_limit": batch_size,
+                    "p_from": -(2 ** 63) if start is None else start}).all()
+                ids = [row.id for row in rows]
+                for chunk in _chunks(ids):
+                    uow.connection.execute(delete(_inbox).where(
+                        _inbox.c.message_id.in_(chunk)))
+                    uow.connection.execute(delete(_letters).where(
+                        _letters.c.message_id.in_(chunk)))
+                    uow.connection.execute(delete(_messages).where(
+                        _messages.c.id.in_(chunk)))
+            # Joined into a unit of work still open (called on it, or on the store
+            # inside one), the batches are parts of its transaction: nothing to pause
+            # for, the writer's turn is not given back.
+            pause = uow.db.current_uow.get() is None
+            if not rows:
+                break
+            deleted += len(ids)
+            start = rows[-1].created_at_ms  # ties not yet deleted are read again
+            if progress is not None:
+                progress(len(ids))
+            if len(rows) < batch_size:
+                break
+            if pause:
+                time.sleep(max(MIN_PAUSE_S, (time.monotonic() - began) * PAUSE_SHARE))
+    if deleted:
+        trim_message_log(scope, batch_size)
+    return deleted
 
-    def count_messages_before(self, older_than_ms: int, now_ms: int | None = None) -> int:
-        """How many messages ``prune_messages`` would delete now (index-backed count)."""
-        require_int(older_than_ms, "older_than_ms", minimum=0)
-        before = resolve_now(now_ms) - older_than_ms
-        with self.unit_of_work(write=False) as uow:
-            return int(uow.connection.scalar(
-                select(func.count()).select_from(_messages).where(
-                    _messages.c.priority.in_(list(PRIORITIES)),
-                    _messages.c.created_at_ms < before)) or 0)
+
+def trim_message_log(scope: Scope, batch_size: int) -> None:
+    """Delete the message_log rows (revision 0007) of deleted messages.
+
+    Feeds join the log to messages, so such rows only cost space; and a feed's
+    position stays valid without them (seqs are never handed out again, so messages
+    written later still come after it). The newest log row is never deleted, even
+    when its message is gone: on SQLite seq is the rowid, max(seq) + 1 (revision
+    0008), and that row is the high-water mark that keeps a new message's seq above
+    every cursor. On SQLite the log rows count their inserts in the figures until
+    folded into hub_counters (revision 0009): each batch folds them first, and
+    keeps any a fold has not reached. The oldest messages go first, and their
+    log rows are the lowest seqs: the log is read from its start, a batch at a time
+    (the primary key's range, each seq's message looked up by its key), until a
+    batch finds no row to delete.
+    """
+    after = 0
+    while True:
+        with scope.unit_of_work() as uow:
+            rows = uow.connection.execute(_LOG_SCAN, {
+                "p_after": after, "p_limit": batch_size}).all()
+            gone = [row.seq for row in rows if row.gone]
+            log_counts = bool(gone) and uow.db.features.log_counts
+            for statement in FOLD_LOG if log_counts else ():
+                uow.connection.execute(statement)
+            for chunk in _chunks(gone):
+                trim = delete(_log).where(_log.c.seq.in_(chunk), _log.c.seq < _LOG_HEAD)
+                if log_counts:
+                    trim = trim.where(_log.c.seq <= _LOG_FOLDED)
+                uow.connection.execute(trim)
+        if not gone or len(rows) < batch_size:
+            return
+        after = rows[-1].seq
+
+
+def count_messages_before(scope: Scope, older_than_ms: int, now_ms: int | None = None) -> int:
+    """How many messages ``prune_messages`` would delete now (index-backed count)."""
+    require_int(older_than_ms, "older_than_ms", minimum=0)
+    before = resolve_now(now_ms) - older_than_ms
+    with scope.unit_of_work(write=False) as uow:
+        return int(uow.connection.scalar(
+            select(func.count()).select_from(_messages).where(
+                _messages.c.priority.in_(list(PRIORITIES)),
+                _messages.c.created_at_ms < before)) or 0)
 
 
 def _chunks(ids: list[_K]) -> list[list[_K]]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
-    ColumnElement,
     Engine,
     column,
     func,
@@ -27,14 +26,16 @@ from sqlalchemy import (
     update,
 )
 
+from hubstore.dialects import SqlDialect
 from hubstore.models import Agent, AssignJob, DeadLetter, Message, table_of
-from hubstore.services.base import Operations, const, resolve_now
+from hubstore.services.base import const, resolve_now
 from hubstore.services.dead_letters import record_dead_letters
+from hubstore.services.human_requests import expire_human_requests
 
 if TYPE_CHECKING:
     from sqlalchemy.sql.dml import ReturningUpdate
 
-    from hubstore.uow import UnitOfWork
+    from hubstore.transaction import Scope, Transaction
 
 DELIVERY_WINDOW_MS = 300_000
 URGENT_PRIORITY = 7
@@ -98,14 +99,14 @@ FOLD_LOCK_KEY = 0x6875_6266_6F6C_64  # "hubfold"
 _VACUUM_DELTAS = "VACUUM (SKIP_LOCKED) hub_counter_deltas"
 
 
-def counts(uow: UnitOfWork) -> dict[str, int]:
+def counts(uow: Transaction) -> dict[str, int]:
     """Every counter the figures need, in one statement that counts no table."""
-    features = uow.store.features
+    features = uow.db.features
     if features.counter_deltas:
         figures = {str(n): int(v) for n, v in uow.connection.execute(_FIGURES_WITH_DELTAS)}
         if figures.pop("_pending", 0) >= FOLD_AT:
             # Readers run READ ONLY transactions: the fold is a write of its own, after.
-            engine = uow.store.engine
+            engine = uow.db.engine
             uow.after_commit(lambda: fold_deltas(engine))
         return figures
     if features.log_counts:
@@ -136,7 +137,7 @@ def vacuum_deltas(engine: Engine) -> None:
         conn.exec_driver_sql(_VACUUM_DELTAS)
 
 
-def plain_counts(uow: UnitOfWork) -> dict[str, int]:
+def plain_counts(uow: Transaction) -> dict[str, int]:
     """The same counters by counting rows (the reference's way, also the check)."""
     queued = _messages.c.status == const("queued")
     by_status = {str(status): int(n) for status, n in uow.connection.execute(
@@ -154,7 +155,7 @@ def plain_counts(uow: UnitOfWork) -> dict[str, int]:
     return {k: int(v or 0) for k, v in result.items()}
 
 
-def expire_queued(dialect: str, now: int) -> ReturningUpdate[str]:
+def expire_queued(sql: SqlDialect, now: int) -> ReturningUpdate[str]:
     """The queued messages due before ``now`` made dead letters, their ids returned: one
     range of the partial index idx_messages_expires (queued messages only).
 
@@ -162,64 +163,63 @@ def expire_queued(dialect: str, now: int) -> ReturningUpdate[str]:
     (``status = 'queued'``, an equality) and walk every queued message; ``likely()``
     tells its planner that the term selects most rows, and still lets it prove the
     partial index's predicate."""
-    queued: ColumnElement[Any] = _messages.c.status == const("queued")
-    if dialect == "sqlite":  # (untyped: a Boolean function would be compared with 1)
-        queued = func.likely(queued)
+    queued = sql.likely(_messages.c.status == const("queued"))
     return (update(_messages).where(queued, _messages.c.expires_at_ms < now)
             .values(status="dead_letter").returning(_messages.c.id))
 
 
-class StatsOps(Operations):
-    """Sweeps and figures."""
+def sweep_expired(scope: Scope, now_ms: int | None = None) -> dict[str, int]:
+    """Queued messages past expiry become dead letters; overdue human requests time out."""
+    now = resolve_now(now_ms)
+    with scope.unit_of_work() as uow:
+        expired = list(uow.connection.scalars(expire_queued(uow.sql, now)))
+        record_dead_letters(uow, expired, "ttl_expired", None, now)
+        timed_out = expire_human_requests(uow, now)
+        return {"messages": len(expired), "human_requests": timed_out}
 
-    def sweep_expired(self, now_ms: int | None = None) -> dict[str, int]:
-        """Queued messages past expiry become dead letters; overdue human requests time out."""
-        now = resolve_now(now_ms)
-        with self.unit_of_work() as uow:
-            expired = list(uow.connection.scalars(expire_queued(uow.dialect, now)))
-            record_dead_letters(uow, expired, "ttl_expired", None, now)
-            timed_out = uow.expire_human_requests(now)
-            return {"messages": len(expired), "human_requests": timed_out}
 
-    def get_queue_depths(self) -> dict[str, int]:
-        """Queued messages by urgency, and the dead-letter count."""
-        with self.unit_of_work(write=False) as uow:
-            c = counts(uow)
-        return _depths(c)
+def get_queue_depths(scope: Scope) -> dict[str, int]:
+    """Queued messages by urgency, and the dead-letter count."""
+    with scope.unit_of_work(write=False) as uow:
+        c = counts(uow)
+    return _depths(c)
 
-    def get_delivery_stats(self, now_ms: int | None = None) -> dict[str, Any]:
-        """Acked messages created in the last five minutes."""
-        now = resolve_now(now_ms)
-        with self.unit_of_work(write=False) as uow:
-            total = uow.connection.scalar(select(func.count()).select_from(_messages).where(
-                _messages.c.status == const("acked"),
-                _messages.c.created_at_ms > now - DELIVERY_WINDOW_MS))
-        return {"total_deliveries": int(total or 0), "avg_delivery_ms": 0}
 
-    def get_hub_stats(self) -> dict[str, int]:
-        """Online agents, messages, active assign jobs and the queue depths."""
-        with self.unit_of_work(write=False) as uow:
-            c = counts(uow)
-        return {
-            "online_agents": c["online_agents"],
-            "total_messages": c["messages"],
-            "active_assign_jobs": c["assign_queued"] + c["assign_running"],
-            **_depths(c),
-        }
+def get_delivery_stats(scope: Scope, now_ms: int | None = None) -> dict[str, Any]:
+    """Acked messages created in the last five minutes."""
+    now = resolve_now(now_ms)
+    with scope.unit_of_work(write=False) as uow:
+        total = uow.connection.scalar(select(func.count()).select_from(_messages).where(
+            _messages.c.status == const("acked"),
+            _messages.c.created_at_ms > now - DELIVERY_WINDOW_MS))
+    return {"total_deliveries": int(total or 0), "avg_delivery_ms": 0}
 
-    def get_audit_stats(self) -> dict[str, int]:
-        """The audit figures."""
-        with self.unit_of_work(write=False) as uow:
-            c = counts(uow)
-        return {
-            "online_agents": c["online_agents"],
-            "total_messages": c["messages"],
-            "dlq": c["dead_letters"],
-            "assign_queued": c["assign_queued"],
-            "assign_running": c["assign_running"],
-            "assign_failed": c["assign_failed"],
-            "assign_timed_out": c["assign_timed_out"],
-        }
+
+def get_hub_stats(scope: Scope) -> dict[str, int]:
+    """Online agents, messages, active assign jobs and the queue depths."""
+    with scope.unit_of_work(write=False) as uow:
+        c = counts(uow)
+    return {
+        "online_agents": c["online_agents"],
+        "total_messages": c["messages"],
+        "active_assign_jobs": c["assign_queued"] + c["assign_running"],
+        **_depths(c),
+    }
+
+
+def get_audit_stats(scope: Scope) -> dict[str, int]:
+    """The audit figures."""
+    with scope.unit_of_work(write=False) as uow:
+        c = counts(uow)
+    return {
+        "online_agents": c["online_agents"],
+        "total_messages": c["messages"],
+        "dlq": c["dead_letters"],
+        "assign_queued": c["assign_queued"],
+        "assign_running": c["assign_running"],
+        "assign_failed": c["assign_failed"],
+        "assign_timed_out": c["assign_timed_out"],
+    }
 
 
 def _depths(c: dict[str, int]) -> dict[str, int]:

@@ -15,6 +15,7 @@ import re
 import threading
 import time
 from collections.abc import Iterable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -23,14 +24,16 @@ from sqlalchemy.engine import URL
 
 from hubstore import signals
 from hubstore.errors import ValidationError
+from hubstore.execution import from_row
 from hubstore.models import TOPIC_FEED_WHERE, Message, MessageLog, table_of
-from hubstore.services.base import Operations, Prepared
+from hubstore.services.assign_hub import claim_next_assign
+from hubstore.services.base import Prepared
 from hubstore.services.messages import feed_topics
 from hubstore.validation import as_number, require_id, string_list
 
 if TYPE_CHECKING:
     from hubstore.models import AssignJob
-    from hubstore.uow import UnitOfWork
+    from hubstore.transaction import Transaction
 
 MAX_FEED_BATCH = 1000
 CURSOR_PREFIX = "feed1:"
@@ -96,13 +99,13 @@ class FeedBatch:
     topics: list[str]
 
 
-def feed_head(uow: UnitOfWork) -> int:
+def feed_head(uow: Transaction) -> int:
     """The highest committed seq (0 for an empty log)."""
     row = _HEAD.first(uow, {})
     return int(row["head"]) if row else 0
 
 
-def read_feed(uow: UnitOfWork, agent_id: str, include_topics: list[str], after: int,
+def read_feed(uow: Transaction, agent_id: str, include_topics: list[str], after: int,
               limit: int) -> FeedBatch:
     """The agent's messages after ``after``, up to ``limit``; nothing moves."""
     head = feed_head(uow)
@@ -119,7 +122,7 @@ def read_feed(uow: UnitOfWork, agent_id: str, include_topics: list[str], after: 
     messages = []
     for row in rows:
         del row["feed_seq"]
-        messages.append(Message.from_row(row))
+        messages.append(from_row(Message, row))
     return FeedBatch(messages, position, topics)
 
 
@@ -200,7 +203,7 @@ class MessageFeed:
                     return []
 
 
-class WaitingOps(Operations):
+class WaitingOps:
     """Store-only methods that wait for other processes' commits."""
 
     url: URL
@@ -210,6 +213,10 @@ class WaitingOps(Operations):
     listen_url: URL | str | bool | None = None
 
     _watcher_guard = threading.Lock()
+
+    def unit_of_work(self, write: bool = True) -> AbstractContextManager[Transaction]:
+        """The store's units of work (see HubStore)."""
+        raise NotImplementedError
 
     def change_watcher(self) -> signals.ChangeWatcher:
         """This store's watcher (made on first use)."""
@@ -240,7 +247,7 @@ class WaitingOps(Operations):
             while True:
                 sub.clear()
                 with self.unit_of_work() as uow:
-                    job = uow.claim_next_assign(worker_agent)
+                    job = claim_next_assign(uow, worker_agent)
                 if job is not None:
                     return job
                 if not pause(sub, deadline):

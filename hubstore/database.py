@@ -1,0 +1,78 @@
+"""What a unit of work runs against: the engine, its connections, the dialect's SQL
+component, what the migrations installed, and the assign status listeners.
+
+One :class:`Database` per store. It sits below the unit of work and the services, so
+that they reach the store's shared state without importing the store (the facade is
+the layer above them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from sqlalchemy import Engine, inspect
+from sqlalchemy.engine import URL
+
+from hubstore.connections import ConnectionSource
+from hubstore.dialects import SqlDialect, dialect_for
+from hubstore.sqlite import BUSY_TIMEOUT_MS
+from hubstore.types import AssignEvent
+
+if TYPE_CHECKING:
+    from hubstore.models import AssignJob
+
+#: A status listener: called with the event (AssignEvent) and the job after each commit.
+AssignListener = Callable[[AssignEvent, "AssignJob"], object]
+
+
+@dataclass(frozen=True)
+class Features:
+    """Optional schema support that revisions 0003 and 0004 install where the database
+    has it: trigger-kept counters (deltas too on PostgreSQL), SQLite's FTS5 trigram index;
+    on SQLite, message inserts counted by their message_log rows (0009)."""
+
+    counters: bool = False
+    counter_deltas: bool = False
+    reflexion_fts: bool = False
+    log_counts: bool = False
+
+    @classmethod
+    def detect(cls, engine: Engine) -> Features:
+        inspector = inspect(engine)
+        names = set(inspector.get_table_names())
+        return cls(counters="hub_counters" in names,
+                   counter_deltas="hub_counter_deltas" in names,
+                   reflexion_fts="reflexion_entries_fts" in names,
+                   log_counts="hub_counters" in names and "message_log" in names and any(
+                       c["name"] == "queue_at_insert"
+                       for c in inspector.get_columns("message_log")))
+
+
+class OpenUnitOfWork(Protocol):
+    """A unit of work open in a thread or task (hubstore.transaction.Transaction)."""
+
+    def savepoint(self, write: bool = True) -> AbstractContextManager[Any]:
+        """A nested block of it (see Transaction.savepoint)."""
+        ...
+
+
+class Database:
+    """A store's shared state, as units of work and services see it."""
+
+    def __init__(self, engine: Engine, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
+        self.engine = engine
+        self.url: URL = engine.url
+        self.dialect: str = engine.dialect.name
+        #: The dialect's SQL component: every difference between the dialects that a
+        #: service or the unit of work needs (hubstore.dialects).
+        self.sql: SqlDialect = dialect_for(self.dialect)
+        self.features = Features.detect(engine)
+        self.connections = ConnectionSource(engine, busy_timeout_ms=busy_timeout_ms)
+        self.assign_listeners: list[AssignListener] = []
+        #: The unit of work open in this thread or task, which store calls join.
+        self.current_uow: ContextVar[OpenUnitOfWork | None] = ContextVar(
+            f"hubstore_uow_{id(self):x}", default=None)

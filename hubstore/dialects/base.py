@@ -1,0 +1,117 @@
+"""What each dialect's SQL component provides (see :mod:`hubstore.dialects`)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+from sqlalchemy import BindParameter, ColumnElement, String, Table, TextClause, literal_column
+
+#: The keys of a reflexion context filter, each with the JSON kind of its value
+#: ("text", "number", "true" or "false"), in order: value i is bound as p_value_i.
+ContextSignature = tuple[tuple[str, str], ...]
+
+
+def const(value: str) -> ColumnElement[Any]:
+    """A constant rendered into the SQL text (never user input).
+
+    Partial indexes are only used when the query names their constant literally;
+    a bound parameter hides it from SQLite's planner.
+    """
+    return literal_column("'" + value.replace("'", "''") + "'", String())
+
+
+class SqlDialect(ABC):
+    """One dialect's SQL: statement pieces, and the few driver calls the unit of work
+    makes itself."""
+
+    name: str
+    #: Whether an INSERT, UPDATE or DELETE may stand in a WITH clause (PostgreSQL's
+    #: data-modifying CTEs): a move and its event message in one statement.
+    writable_ctes: bool
+
+    @abstractmethod
+    def insert(self, table: Table) -> Any:
+        """The dialect's INSERT, which offers ON CONFLICT (each dialect's own Insert
+        class, whose on_conflict methods differ)."""
+
+    @abstractmethod
+    def natural_order(self, table: Table) -> list[ColumnElement[Any]]:
+        """Insertion order (the reference returns rows in SQLite's rowid order)."""
+
+    @abstractmethod
+    def row_key(self, table: Table) -> ColumnElement[Any]:
+        """The cheapest key to read a row again by (SQLite's rowid, else the key)."""
+
+    @abstractmethod
+    def json_list_contains(self, column: ColumnElement[Any], value: str
+                           ) -> ColumnElement[bool]:
+        """``value`` is an element of the JSON list stored in ``column``."""
+
+    @abstractmethod
+    def in_json_array(self, column: ColumnElement[Any], name: str) -> TextClause:
+        """``column`` is one of the strings of the JSON array bound as ``name``."""
+
+    @abstractmethod
+    def json_not_null(self, column: ColumnElement[Any]) -> ColumnElement[bool]:
+        """The JSON stored in ``column`` is not JSON null."""
+
+    def whole_numbers(self, columns: list[ColumnElement[Any]], *, nullable: bool
+                      ) -> list[ColumnElement[bool]]:
+        """Guards that each column holds a whole number (or NULL when ``nullable``):
+        only SQLite can store another type in an INTEGER column."""
+        return []
+
+    def likely(self, condition: ColumnElement[bool]) -> ColumnElement[bool]:
+        """``condition``, with a hint that it selects most rows (SQLite's planner)."""
+        return condition
+
+    @abstractmethod
+    def json_key_equals(self, column: ColumnElement[Any], key: str, kind: str,
+                        value: BindParameter[Any]) -> ColumnElement[bool]:
+        """The JSON object in ``column`` has ``key`` equal to the bound ``value`` of JSON
+        kind ``kind`` (see ContextSignature); the key is bound, never pasted."""
+
+    @abstractmethod
+    def json_filter_value(self, value: str | int | float) -> Any:
+        """What to bind for json_key_equals's ``value`` (None: bind nothing)."""
+
+    @abstractmethod
+    def ascii_like(self, column: ColumnElement[Any], pattern: BindParameter[Any]
+                   ) -> ColumnElement[bool]:
+        """``column LIKE pattern``, case-blind for ASCII letters only (SQLite's LIKE)."""
+
+    def like_needle(self, needle: str) -> str:
+        """The text ascii_like's pattern is made of (see PostgreSQLDialect)."""
+        return needle
+
+    def trigram_filter(self) -> TextClause | None:
+        """A condition narrowing a substring search by the reflexion trigram index, with
+        the phrase bound as ``p_phrase`` (None where there is no such index)."""
+        return None
+
+    @abstractmethod
+    def project_slug(self) -> ColumnElement[Any]:
+        """``adaptive_state["project_slug"]`` of a reflexion entry: revision 0005's
+        indexed expression, repeated verbatim (a planner uses an expression index only
+        for the expression it indexes, so the JSON path is constant SQL text; the slug
+        itself is bound). SQLite: the slug when it is a JSON string, else NULL
+        (json_extract would return an array or object as JSON text). PostgreSQL: jsonb,
+        compared with a jsonb string."""
+
+    @abstractmethod
+    def project_slug_param(self, name: str) -> ColumnElement[Any]:
+        """The bound parameter ``name`` as project_slug compares with it."""
+
+    def project_slug_value(self, slug: str, encoded: str) -> str:
+        """What to bind for project_slug_param: the slug, or ``encoded`` (its JSON text)
+        where the comparison is between JSON values."""
+        return slug
+
+    @abstractmethod
+    def refuse_writes(self, driver: Any, on: bool) -> None:
+        """Make the open transaction on ``driver`` refuse writes, or allow them again."""
+
+    def transaction_failed(self, driver: Any) -> bool:
+        """Whether the server aborted the open transaction (it can only roll back)."""
+        return False

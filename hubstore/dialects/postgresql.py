@@ -1,0 +1,89 @@
+"""PostgreSQL's SQL component."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import (
+    BindParameter,
+    ColumnElement,
+    Table,
+    Text,
+    TextClause,
+    bindparam,
+    cast,
+    func,
+    literal_column,
+    text,
+)
+from sqlalchemy import type_coerce as coerce
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.dialects.postgresql import JSONB
+
+from hubstore.dialects.base import SqlDialect, const
+from hubstore.jsontype import dumps
+
+_UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_LOWER = _UPPER.lower()
+_ASCII_LOWER = str.maketrans(_UPPER, _LOWER)
+
+
+class PostgreSQLDialect(SqlDialect):
+    name = "postgresql"
+    writable_ctes = True
+
+    def insert(self, table: Table) -> postgresql.Insert:
+        return postgresql.insert(table)
+
+    def natural_order(self, table: Table) -> list[ColumnElement[Any]]:
+        return list(table.primary_key.columns)
+
+    def row_key(self, table: Table) -> ColumnElement[Any]:
+        (key,) = table.primary_key.columns
+        return key
+
+    def json_list_contains(self, column: ColumnElement[Any], value: str
+                           ) -> ColumnElement[bool]:
+        return coerce(column, JSONB).contains([value])
+
+    def in_json_array(self, column: ColumnElement[Any], name: str) -> TextClause:
+        return text(f"{column} IN (SELECT jsonb_array_elements_text(CAST(:{name} AS jsonb)))")
+
+    def json_not_null(self, column: ColumnElement[Any]) -> ColumnElement[bool]:
+        return func.jsonb_typeof(column) != const("null")
+
+    def json_key_equals(self, column: ColumnElement[Any], key: str, kind: str,
+                        value: BindParameter[Any]) -> ColumnElement[bool]:
+        # JSONB compares JSON values: the bound value is the JSON text of the filter's.
+        return coerce(column, JSONB)[key] == cast(value, JSONB)
+
+    def json_filter_value(self, value: str | int | float) -> Any:
+        return dumps(value)
+
+    def ascii_like(self, column: ColumnElement[Any], pattern: BindParameter[Any]
+                   ) -> ColumnElement[bool]:
+        folded = func.translate(column, const(_UPPER), const(_LOWER))
+        return folded.like(pattern, escape="\\")
+
+    def like_needle(self, needle: str) -> str:
+        return needle.translate(_ASCII_LOWER)  # (the column side is folded likewise)
+
+    def project_slug(self) -> ColumnElement[Any]:
+        return literal_column("adaptive_state_json -> 'project_slug'", JSONB)
+
+    def project_slug_param(self, name: str) -> ColumnElement[Any]:
+        return cast(bindparam(name, type_=Text), JSONB)
+
+    def project_slug_value(self, slug: str, encoded: str) -> str:
+        return encoded
+
+    def refuse_writes(self, driver: Any, on: bool) -> None:
+        if on:
+            driver.execute("SAVEPOINT hubstore_read_only; SET TRANSACTION READ ONLY")
+        elif driver.info.transaction_status.name != "IDLE":  # (a failed Session flush
+            # rolls the whole transaction back, savepoint and all)
+            driver.execute("ROLLBACK TO SAVEPOINT hubstore_read_only; "
+                           "RELEASE SAVEPOINT hubstore_read_only")
+
+    def transaction_failed(self, driver: Any) -> bool:
+        return bool(driver.info.transaction_status.name == "INERROR")
