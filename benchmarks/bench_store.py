@@ -1031,7 +1031,8 @@ class RawDriverHub:
         topics = json.loads(topics_json)
         statement = self._polls.get(len(topics))
         if statement is None:
-            statement = self._polls[len(topics)] = _qmark(_poll_statement(dialect_for("sqlite"), len(topics)))
+            statement = self._polls[len(topics)] = _qmark(
+                _poll_statement(dialect_for("sqlite"), len(topics)))
         values = {"p_agent_id": agent_id, "p_limit": DEFAULT_POLL,
                   **{f"p_topic_{k}": topic for k, topic in enumerate(topics)}}
         at = self._payload
@@ -1447,7 +1448,8 @@ def raw_claim_loop(url: str, connected: Callable[[], None]) -> list[str]:
 
     dialect = create_engine(url).dialect  # the URL's own (psycopg), as hubstore compiles
     claim_sql, _, claim_bound = driver_statement(_CLAIM, dialect)
-    finish_sql, _, finish_bound = driver_statement(_finish_with_event(dialect_for("postgresql"), False), dialect)
+    finish_sql, _, finish_bound = driver_statement(
+        _finish_with_event(dialect_for("postgresql"), False), dialect)
     names = list(table_of(AssignJob).c.keys())
     at_id, at_attempt = names.index("job_id"), names.index("attempt")
     job_ids: list[str] = []

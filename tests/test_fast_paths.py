@@ -97,8 +97,8 @@ def test_pattern_search_with_and_without_the_trigram_index(store: HubStore) -> N
 def test_sqlite_plans_use_the_indexes(tmp_path: Path) -> None:
     """The poll's branches and the claim run on their (partial) indexes, not table scans:
     the query repeats each partial index's predicate, so the planner can prove it."""
-    from hubstore.services.assign_hub import _CLAIM
     from hubstore.dialects import dialect_for
+    from hubstore.services.assign_hub import _CLAIM
     from hubstore.services.messages import _many_topics_statement, _poll_statement
 
     def plan(prepared: Prepared) -> str:

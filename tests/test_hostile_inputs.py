@@ -51,8 +51,8 @@ from hubstore.models import (
     PipelineState,
     ReflexionEntry,
 )
-from hubstore.results import AssignOutcome
 from hubstore.operations import HubOperations
+from hubstore.results import AssignOutcome
 from hubstore.services.waiting import MessageFeed, WaitingOps
 from hubstore.types import AssignPatch, PipelineFields, ReflexionPatch
 from hubstore.validation import MAX_KEY_BYTES
