@@ -43,15 +43,14 @@ from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from sqlalchemy import case, or_, update
 from sqlalchemy.engine import URL
 
 from hubstore import signals
 from hubstore._aio_ops import AsyncOperations
 from hubstore.database import AssignListener
 from hubstore.engine import BUSY_TIMEOUT_MS
-from hubstore.ids import now_ms
-from hubstore.models import AssignJob, Message, table_of
+from hubstore.models import AssignJob, Message
+from hubstore.services.assigns import put_back_claim
 from hubstore.services.waiting import (
     MessageFeed,
     check_batch,
@@ -78,8 +77,6 @@ DEFAULT_LANES = {"sqlite": 4, "postgresql": 8}
 #: How long a claiming transaction waits for the event loop to accept its job before it
 #: rolls back (the loop answers within one of its steps unless something blocks it).
 ACCEPT_TIMEOUT_S = 5.0
-
-_jobs = table_of(AssignJob)
 
 
 class _Declined(Exception):
@@ -390,7 +387,7 @@ class AsyncHubStore(AsyncOperations):
         except asyncio.CancelledError:  # during the commit: put the job back afterwards
             job = await _quietly(done)
             if job is not None:
-                await _finish(await self._submit(_requeue, self.sync, job))
+                await _finish(await self._submit(put_back_claim, self.sync, job))
             raise
 
     async def message_feed(self, agent_id: str, include_topics: Iterable[str] | None = None,
@@ -647,22 +644,3 @@ async def _quietly(future: asyncio.Future[_T]) -> _T | None:
     except Exception:
         log.debug("claim ended with an error", exc_info=True)
         return None
-
-
-def _requeue(store: HubStore, job: AssignJob) -> None:
-    """Put back a job whose claim committed while its waiter was being cancelled: queued
-    again, started and deadline as before the claim (the claim set them from its time,
-    ``updated_at_ms``, when they were empty), unless something changed it since."""
-    c = _jobs.c
-    claimed_at = job.updated_at_ms
-    with store.unit_of_work() as uow:
-        uow.connection.execute(
-            update(_jobs)
-            .where(c.job_id == job.job_id, c.status == "running",
-                   c.updated_at_ms == claimed_at)
-            .values(status="queued", updated_at_ms=now_ms(),
-                    started_at_ms=case((c.started_at_ms == claimed_at, None),
-                                       else_=c.started_at_ms),
-                    deadline_ms=case((or_(c.deadline_ms == claimed_at + c.timeout_ms),
-                                      None), else_=c.deadline_ms)))
-

@@ -3,7 +3,13 @@
     queued  -> running | succeeded | failed | timed_out
     running -> running (progress) | succeeded | failed | timed_out
     failed, timed_out -> queued      (by a retry only)
+    running -> queued                (by a put-back only: a claim whose waiter was
+                                      cancelled before it got the job)
     succeeded: final
+
+Every statement that moves a job takes its source statuses from this table
+(:func:`allowed_sources`), and its written values from :func:`next_values`,
+:func:`retry_patch` or :func:`put_back_values`.
 
 Repeating the move that made a job terminal (same status) is a no-op.
 """
@@ -20,17 +26,20 @@ from hubstore.types import AssignEvent
 from hubstore.validation import clamp, counter
 
 TERMINAL = frozenset({"succeeded", "failed", "timed_out"})
-ACTIVE = ("queued", "running")
 
 TRANSITIONS: Mapping[str, frozenset[str]] = {
     "queued": frozenset({"running", "succeeded", "failed", "timed_out"}),
-    "running": frozenset({"running", "succeeded", "failed", "timed_out"}),
+    "running": frozenset({"running", "succeeded", "failed", "timed_out", "queued"}),
     "failed": frozenset({"queued"}),
     "timed_out": frozenset({"queued"}),
     "succeeded": frozenset(),
 }
 #: Moves that only a retry may make.
 RETRY_ONLY = frozenset({("failed", "queued"), ("timed_out", "queued")})
+#: Moves that only a put-back may make (and a put-back makes no other).
+PUT_BACK_ONLY = frozenset({("running", "queued")})
+#: The status a claim takes a job from (a claim is the move to running).
+CLAIMABLE = "queued"
 
 MIN_TIMEOUT_MS = 1_000
 MAX_TIMEOUT_MS = 86_400_000
@@ -45,24 +54,45 @@ class Move(Enum):
     NOOP = "noop"
 
 
-def check_transition(current: str, target: str, *, via_retry: bool = False) -> Move:
+def _permitted(current: str, target: str, via_retry: bool, via_put_back: bool) -> bool:
+    """Whether the table allows the move for this kind of caller."""
+    if target not in TRANSITIONS.get(current, frozenset()):
+        return False
+    if (current, target) in PUT_BACK_ONLY:
+        return via_put_back
+    return via_retry or (current, target) not in RETRY_ONLY
+
+
+def check_transition(current: str, target: str, *, via_retry: bool = False,
+                     via_put_back: bool = False) -> Move:
     """APPLY or NOOP for an allowed move; IllegalTransition for anything else."""
     if current == target and target in TERMINAL:
         return Move.NOOP
-    allowed = target in TRANSITIONS.get(current, frozenset())
-    if allowed and (current, target) in RETRY_ONLY and not via_retry:
+    if _permitted(current, target, via_retry, via_put_back):
+        return Move.APPLY
+    if (current, target) in RETRY_ONLY:
         raise IllegalTransition(
             f"an assign job moves from {current} to {target} only by a retry "
             "(retry_assign or schedule_assign_retry)")
-    if not allowed:
-        raise IllegalTransition(f"an assign job cannot move from {current} to {target}")
-    return Move.APPLY
+    raise IllegalTransition(f"an assign job cannot move from {current} to {target}")
 
 
-def allowed_sources(target: str, *, via_retry: bool = False) -> tuple[str, ...]:
+def allowed_sources(target: str, *, via_retry: bool = False,
+                    via_put_back: bool = False) -> tuple[str, ...]:
     """The statuses a job may be in to move to ``target``."""
-    return tuple(s for s, targets in TRANSITIONS.items()
-                 if target in targets and (via_retry or (s, target) not in RETRY_ONLY))
+    return tuple(s for s in TRANSITIONS if _permitted(s, target, via_retry, via_put_back))
+
+
+def moving_sources(target: str) -> tuple[str, ...]:
+    """The statuses from which a plain move to ``target`` changes the status (what the
+    one-statement moves' WHERE names; a repeated move takes the general path)."""
+    return tuple(s for s in allowed_sources(target) if s != target)
+
+
+#: The statuses a job is in until it ends: the sources of every move to an end.
+ACTIVE = moving_sources("succeeded")
+assert all(moving_sources(end) == ACTIVE for end in TERMINAL)
+assert CLAIMABLE in allowed_sources("running")
 
 
 _STATUS_ALIASES = {
@@ -219,6 +249,19 @@ def retry_patch(current: Mapping[str, Any], patch: Mapping[str, Any], now: int
         "error": patch["error"] if "error" in patch else current["error"],
         "last_message_id": None,
     }
+
+
+def put_back_values(current: Mapping[str, Any], claimed_at: int, now: int
+                    ) -> dict[str, Any]:
+    """The columns a put-back writes: queued again, with the start time and deadline
+    it had before the claim (a claim at ``claimed_at`` set them when they were empty:
+    started then, the deadline then + timeout)."""
+    started = current["started_at_ms"]
+    deadline = current["deadline_ms"]
+    return {"status": "queued", "updated_at_ms": now,
+            "started_at_ms": None if started == claimed_at else started,
+            "deadline_ms": (None if deadline == claimed_at + current["timeout_ms"]
+                            else deadline)}
 
 
 def iso_timestamp(ms: int) -> str:

@@ -35,6 +35,15 @@ RETRY_TABLE = {
     "timed_out": ("A",  "-",    "-",      "-",   "N"),
 }
 
+# A put-back (a claim whose waiter was cancelled) only moves a running job back to queued.
+PUT_BACK_TABLE = {
+    "queued":    ("-",  "A",    "A",      "A",   "A"),
+    "running":   ("A",  "A",    "A",      "A",   "A"),
+    "succeeded": ("-",  "-",    "N",      "-",   "-"),
+    "failed":    ("-",  "-",    "-",      "N",   "-"),
+    "timed_out": ("-",  "-",    "-",      "-",   "N"),
+}
+
 
 def _cases(table: Mapping[str, tuple[str, ...]]) -> list[tuple[str, str, str]]:
     return [(src, dst, table[src][i]) for src in STATES for i, dst in enumerate(STATES)]
@@ -300,3 +309,36 @@ def test_iso_timestamp(ms: int, iso: str) -> None:
 def test_terminal_and_active_sets() -> None:
     assert set(rules.TERMINAL) == {"succeeded", "failed", "timed_out"}
     assert set(rules.ACTIVE) == {"queued", "running"}
+
+
+@pytest.mark.parametrize(("src", "dst", "want"), _cases(PUT_BACK_TABLE))
+def test_a_put_back_moves_running_back_to_queued_only(src: str, dst: str, want: str) -> None:
+    if want == "-":
+        with pytest.raises(IllegalTransition):
+            check_transition(src, dst, via_put_back=True)
+    else:
+        assert check_transition(src, dst, via_put_back=True) is (
+            Move.NOOP if want == "N" else Move.APPLY)
+    assert rules.allowed_sources("queued", via_put_back=True) == ("running",)
+
+
+def test_the_one_statement_moves_take_their_sources_from_the_table() -> None:
+    assert rules.moving_sources("running") == ("queued",)
+    for end in ("succeeded", "failed", "timed_out"):
+        assert rules.moving_sources(end) == ("queued", "running") == rules.ACTIVE
+    assert rules.CLAIMABLE == "queued"
+
+
+@pytest.mark.parametrize(("started", "deadline", "want_started", "want_deadline"), [
+    (1_000, 1_000 + 60_000, None, None),      # both set by the claim: cleared again
+    (500, 1_000 + 60_000, 500, None),         # started before the claim: kept
+    (1_000, 99_999, None, 99_999),            # a deadline of its own: kept
+    (None, None, None, None),
+])
+def test_put_back_values_undo_what_the_claim_set(
+        started: int | None, deadline: int | None, want_started: int | None,
+        want_deadline: int | None) -> None:
+    current = {"started_at_ms": started, "deadline_ms": deadline, "timeout_ms": 60_000}
+    assert rules.put_back_values(current, 1_000, 2_000) == {
+        "status": "queued", "updated_at_ms": 2_000, "started_at_ms": want_started,
+        "deadline_ms": want_deadline}

@@ -847,3 +847,35 @@ def test_a_number_column_holding_text_is_a_hubstore_error(
     assert type(raised.value) is HubStoreError and isinstance(raised.value.__cause__,
                                                               TypeError)
     assert row() == before
+
+
+def test_a_put_back_claim_is_queued_again_as_before_the_claim(store: HubStore) -> None:
+    from hubstore.services.assigns import put_back_claim
+
+    bare = store.create_assign("lead", "w1", task="t", priority=9)
+    dated = store.create_assign("lead", "w1", task="u", priority=1)
+    with store.engine.begin() as conn:  # no deadline: the claim sets one
+        conn.execute(text("UPDATE assign_jobs SET deadline_ms = NULL WHERE job_id = :j"),
+                     {"j": bare.job_id})
+    claimed = store.claim_next_assign("w1")
+    assert claimed is not None and claimed.job_id == bare.job_id
+    assert claimed.started_at_ms == claimed.updated_at_ms
+    assert claimed.deadline_ms == claimed.updated_at_ms + claimed.timeout_ms
+    assert put_back_claim(store, claimed) is True
+    back = store.get_assign(bare.job_id)
+    assert back is not None and back.status == "queued"
+    assert (back.started_at_ms, back.deadline_ms) == (None, None)
+    assert put_back_claim(store, claimed) is False  # it moved since the claim
+
+    claimed = store.claim_next_assign("w1")
+    assert claimed is not None and claimed.job_id == bare.job_id
+    finished = store.update_assign_status(claimed.job_id, "succeeded")
+    assert finished is not None
+    assert put_back_claim(store, finished) is False  # only a running job goes back
+
+    claimed = store.claim_next_assign("w1")
+    assert claimed is not None and claimed.job_id == dated.job_id
+    assert put_back_claim(store, claimed) is True
+    back = store.get_assign(dated.job_id)
+    assert back is not None and back.status == "queued"
+    assert back.deadline_ms == dated.deadline_ms  # its own deadline is kept

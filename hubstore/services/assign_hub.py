@@ -40,6 +40,7 @@ from hubstore.services.assigns import (
     announce,
     computed_from,
     create_assign,
+    in_sources,
     kept_by_rules,
     lock_job,
     move,
@@ -135,7 +136,7 @@ _c = _jobs.c
 #: (SQLite renders no FOR UPDATE: the claim runs under its database write lock).
 _NEXT_QUEUED = (
     select(_c.job_id)
-    .where(_c.worker_agent == bindparam("p_worker"), _c.status == const("queued"))
+    .where(_c.worker_agent == bindparam("p_worker"), _c.status == const(rules.CLAIMABLE))
     .order_by(_c.priority.desc(), _c.created_at_ms, _c.job_id)
     .limit(1)
     .with_for_update(skip_locked=True))
@@ -143,7 +144,7 @@ _NEXT_QUEUED = (
 #: (started now, the deadline now + timeout unless the job has one), guarded by status.
 _CLAIM = Prepared(
     update(_jobs)
-    .where(_c.job_id == _NEXT_QUEUED.scalar_subquery(), _c.status == const("queued"))
+    .where(_c.job_id == _NEXT_QUEUED.scalar_subquery(), _c.status == const(rules.CLAIMABLE))
     .values(status="running", updated_at_ms=NOW, **running_times())
     .returning(*_c), _jobs)
 
@@ -159,7 +160,7 @@ def _finish_statement(sql: SqlDialect, retryable: bool) -> Prepared:
     worker: BindParameter[str] = bindparam("p_worker", type_=Text)
     attempt: BindParameter[int] = bindparam("p_attempt", type_=Integer)
     guards = [_c.job_id == bindparam("p_job_id"),
-              or_(_c.status == const("queued"), _c.status == const("running")),
+              in_sources(rules.ACTIVE),
               or_(worker.is_(None), _c.worker_agent == worker),
               or_(attempt.is_(None), _c.attempt == attempt)]
     if retryable:

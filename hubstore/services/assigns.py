@@ -102,6 +102,12 @@ def _unset(column: ColumnElement[Any]) -> ColumnElement[bool]:
     return or_(column.is_(None), column == 0)
 
 
+def in_sources(statuses: tuple[str, ...]) -> ColumnElement[bool]:
+    """The job's status is one of ``statuses`` (a source list of the rule table), each
+    written as a constant so that the partial indexes on status serve it."""
+    return or_(*(_jobs.c.status == const(status) for status in statuses))
+
+
 def running_times() -> dict[str, Any]:
     """What next_values writes, as SQL, when a job becomes running: started now unless
     it has a start time, and the deadline now + timeout unless it has one."""
@@ -118,6 +124,26 @@ def terminal_times() -> dict[str, Any]:
     return {"deadline_ms": None,
             "completed_at_ms": case((_unset(c.completed_at_ms), NOW),
                                     else_=c.completed_at_ms)}
+
+
+def put_back_times() -> dict[str, Any]:
+    """What put_back_values writes, as SQL: the start time and deadline the job had
+    before the claim made at ``p_claimed_at`` set them."""
+    c = _jobs.c
+    claimed: BindParameter[int] = bindparam("p_claimed_at", type_=BigInteger)
+    return {"started_at_ms": case((c.started_at_ms == claimed, None), else_=c.started_at_ms),
+            "deadline_ms": case((c.deadline_ms == claimed + c.timeout_ms, None),
+                                else_=c.deadline_ms)}
+
+
+#: A claim put back (the rule table's put-back move), guarded by the claim's time:
+#: a job that moved since is left as it is.
+_PUT_BACK = Prepared(
+    update(_jobs)
+    .where(_jobs.c.job_id == bindparam("p_job_id"),
+           in_sources(rules.allowed_sources("queued", via_put_back=True)),
+           _jobs.c.updated_at_ms == bindparam("p_claimed_at", type_=BigInteger))
+    .values(status=const("queued"), updated_at_ms=NOW, **put_back_times()))
 
 
 def kept_by_rules(sql: SqlDialect) -> list[ColumnElement[bool]]:
@@ -145,17 +171,12 @@ def _direct_move(sql: SqlDialect, target: str, fields: frozenset[str]) -> Prepar
     computes what move() writes. Anything else matches no row and takes move()."""
     c = _jobs.c
     values: dict[str, Any] = {"status": const(target), "updated_at_ms": NOW}
-    if target == "running":
-        sources: list[ColumnElement[bool]] = [c.status == const("queued")]
-        values.update(running_times())
-    else:
-        sources = [c.status == const(status) for status in rules.ACTIVE]
-        values.update(terminal_times())
+    values.update(running_times() if target == "running" else terminal_times())
     for name in sorted(fields):
         column = c[_NAME_OF[name]]
         values[column.name] = bindparam(name, type_=column.type)
     stmt = (update(_jobs)
-            .where(c.job_id == bindparam("p_job_id"), or_(*sources),
+            .where(c.job_id == bindparam("p_job_id"), in_sources(rules.moving_sources(target)),
                    and_(*kept_by_rules(sql)))
             .values(values)
             .returning(*_jobs.c))
@@ -418,3 +439,12 @@ def retry_assign(scope: Scope, job_id: str, **patch: Unpack[AssignPatch]) -> Ass
     with scope.unit_of_work() as uow:
         job = lock_job(uow, job_id)
         return None if job is None else retry(uow, job, changes)
+
+
+def put_back_claim(scope: Scope, job: AssignJob) -> bool:
+    """Put back a job whose claim committed while its waiter was being cancelled:
+    queued again, started and deadline as before the claim (rules.put_back_values),
+    unless it moved since. True when it was put back."""
+    with scope.one_statement() as uow:
+        return bool(_PUT_BACK.run(uow, {"p_job_id": job.job_id, "p_now": now_ms(),
+                                        "p_claimed_at": job.updated_at_ms}))
