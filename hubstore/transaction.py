@@ -162,8 +162,7 @@ class Transaction:
                 try:  # also ends a transaction whose COMMIT failed
                     if self._conn.get_transaction() is self._transaction:
                         self._transaction.rollback()  # (a failed flush rolled it back)
-                    if self.dialect == "sqlite" and self.driver.in_transaction:
-                        self.driver.rollback()  # SQLAlchemy left a failed COMMIT's open
+                    self.db.sql.end_failed_commit(self.driver)
                 except Exception as error:
                     failure, broken = failure or error, True
             self.db.connections.release(self._conn, self.write, broken=broken)
@@ -226,20 +225,12 @@ class Transaction:
         ``query_only`` on this connection; on PostgreSQL a savepoint made READ ONLY, which
         its rollback (nothing was written in it) makes read-write again. One round trip
         each way."""
-        if self.dialect == "sqlite":
-            raw = self._raw
-            if on and self._autocommit and raw is not None and not (
-                    raw.in_transaction or self._ran):
-                self.begin()  # (a one-statement unit of work with a nested block: BEGIN
-                # IMMEDIATE before query_only, and the rest of it one transaction)
-            driver = raw if raw is not None else self.driver  # (a pragma: not counted)
-            driver.execute(f"PRAGMA query_only = {1 if on else 0}")
-        elif on:
-            self.driver.execute("SAVEPOINT hubstore_read_only; SET TRANSACTION READ ONLY")
-        elif self.driver.info.transaction_status.name != "IDLE":  # (a failed Session
-            # flush rolls the whole transaction back, savepoint and all)
-            self.driver.execute("ROLLBACK TO SAVEPOINT hubstore_read_only; "
-                                "RELEASE SAVEPOINT hubstore_read_only")
+        raw = self._raw  # (SQLite's driver connection, when it runs the transaction)
+        if on and self._autocommit and raw is not None and not (
+                raw.in_transaction or self._ran):
+            self.begin()  # (a one-statement unit of work with a nested block: BEGIN
+            # IMMEDIATE before query_only, and the rest of it one transaction)
+        self.db.sql.refuse_writes(raw if raw is not None else self.driver, on)
 
     def _enter_frame(self, write: bool) -> None:
         if not self._frames:
@@ -279,8 +270,7 @@ class Transaction:
                 alive = transaction.is_active
             else:  # (a SQLite unit of work in autocommit has no transaction to lose)
                 alive = self._raw is None or self._autocommit or self._raw.in_transaction
-            if alive and not (committing and self.dialect == "postgresql"
-                              and self.driver.info.transaction_status.name == "INERROR"):
+            if alive and not (committing and self.db.sql.transaction_failed(self._conn)):
                 return
         reason = "a statement failed in it" if failure is None else str(
             self._translated(failure))

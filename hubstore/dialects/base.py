@@ -5,7 +5,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
-from sqlalchemy import BindParameter, ColumnElement, String, Table, TextClause, literal_column
+from sqlalchemy import (
+    BindParameter,
+    ColumnElement,
+    Connection,
+    String,
+    Table,
+    TextClause,
+    literal_column,
+)
 
 #: The keys of a reflexion context filter, each with the JSON kind of its value
 #: ("text", "number", "true" or "false"), in order: value i is bound as p_value_i.
@@ -112,6 +120,11 @@ class SqlDialect(ABC):
     def refuse_writes(self, driver: Any, on: bool) -> None:
         """Make the open transaction on ``driver`` refuse writes, or allow them again."""
 
-    def transaction_failed(self, driver: Any) -> bool:
-        """Whether the server aborted the open transaction (it can only roll back)."""
+    def transaction_failed(self, conn: Connection) -> bool:
+        """Whether the server aborted the transaction open on ``conn`` (it can only roll
+        back)."""
         return False
+
+    @abstractmethod
+    def end_failed_commit(self, driver: Any) -> None:
+        """End what a failed COMMIT left open on ``driver`` after SQLAlchemy's rollback."""

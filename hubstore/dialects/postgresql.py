@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy import (
     BindParameter,
     ColumnElement,
+    Connection,
     Table,
     Text,
     TextClause,
@@ -85,5 +86,9 @@ class PostgreSQLDialect(SqlDialect):
             driver.execute("ROLLBACK TO SAVEPOINT hubstore_read_only; "
                            "RELEASE SAVEPOINT hubstore_read_only")
 
-    def transaction_failed(self, driver: Any) -> bool:
+    def end_failed_commit(self, driver: Any) -> None:
+        """Nothing: SQLAlchemy's rollback ended it."""
+
+    def transaction_failed(self, conn: Connection) -> bool:
+        driver: Any = conn.connection.driver_connection
         return bool(driver.info.transaction_status.name == "INERROR")
