@@ -22,6 +22,8 @@ from contextlib import AbstractContextManager
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any, Protocol
 
+from hubstore.validation import JS_SPACE_CHARS
+
 if TYPE_CHECKING:
     from hubstore.models import ReflexionEntry
     from hubstore.results import LookupResult
@@ -36,15 +38,8 @@ __all__ = [
     "report_outcome",
 ]
 
-# JavaScript's WhiteSpace and LineTerminator code points: what \s and trim() mean there.
-_JS_SPACE_CHARS = (
-    "\t\n\v\f\r \u00a0\u1680"
-    + "".join(map(chr, range(0x2000, 0x200B)))
-    + "\u2028\u2029\u202f\u205f\u3000\ufeff"
-)
+_JS_SPACE_CHARS = JS_SPACE_CHARS
 _JS_SPACE = f"[{_JS_SPACE_CHARS}]"
-#: JavaScript's white space and line terminators (what trim() removes).
-JS_SPACE_CHARS = _JS_SPACE_CHARS
 
 # The reference's replacements, in order; each comment is the JavaScript original.
 _REPLACEMENTS: tuple[tuple[re.Pattern[str], str], ...] = tuple(

@@ -9,7 +9,14 @@ from typing import Any
 
 from hubstore.errors import ValidationError
 from hubstore.jsontype import MAX_JSON_DEPTH, check_json, text_problem
-from hubstore.reflexion import JS_SPACE_CHARS
+
+#: JavaScript's WhiteSpace and LineTerminator code points: what \s and trim() mean there
+#: (the reference's text checks and normalize_error).
+JS_SPACE_CHARS = (
+    "\t\n\v\f\r \u00a0\u1680"
+    + "".join(map(chr, range(0x2000, 0x200B)))
+    + "\u2028\u2029\u202f\u205f\u3000\ufeff"
+)
 
 #: Ids and other keys that PostgreSQL indexes with a B-tree (agent ids, message, job,
 #: request and entry ids, topics, trace and correlation ids, team names) are at most this
