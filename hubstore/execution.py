@@ -1,5 +1,12 @@
 """How a statement runs: the one place that knows SQLAlchemy's execution layer and the
-drivers under it.
+drivers under it. Services run every statement through this module:
+
+- :class:`Prepared` for a statement built once (the hot paths, and every statement
+  whose shape is known up front);
+- :func:`execute`, :func:`scalar` and :func:`scalars` for a statement built per call
+  (filters that vary), through SQLAlchemy's execution layer;
+- :func:`get`, :func:`load` and :func:`add` for the ORM's objects, through the unit of
+  work's Session (its identity map: the same row is the same object in one unit of work).
 
 :class:`Prepared` runs a Core statement built once, on the driver (Python's sqlite3 or
 psycopg) when no engine event listener watches statements, else through SQLAlchemy's
@@ -16,10 +23,10 @@ on the lowest supported SQLAlchemy 2.0 and on the newest 2.1.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
-from sqlalchemy import ClauseElement, Executable, Float, Insert, Table
+from sqlalchemy import ClauseElement, CursorResult, Executable, Float, Insert, Select, Table
 from sqlalchemy.exc import InvalidRequestError
 from sqlalchemy.orm import InstanceState
 from sqlalchemy.orm.base import DEFAULT_STATE_ATTR
@@ -32,6 +39,42 @@ if TYPE_CHECKING:
     from hubstore.transaction import Transaction
 
 M = TypeVar("M", bound=Base)
+
+
+def execute(uow: Transaction, statement: Executable,
+            params: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None
+            ) -> CursorResult[*tuple[Any, ...]]:
+    """Run a statement built per call through SQLAlchemy's execution layer."""
+    return uow.connection.execute(statement, params)
+
+
+def scalar(uow: Transaction, statement: Executable,
+           params: Mapping[str, Any] | None = None) -> Any:
+    """The first column of the first row of a statement built per call, or None."""
+    return uow.connection.scalar(statement, params)
+
+
+def scalars(uow: Transaction, statement: Executable,
+            params: Mapping[str, Any] | None = None) -> list[Any]:
+    """The first column of every row of a statement built per call."""
+    return list(uow.connection.scalars(statement, params))
+
+
+def get(uow: Transaction, model: type[M], key: Any, *, fresh: bool = False) -> M | None:
+    """The ``model`` row with primary key ``key``, as the Session's object (``fresh``:
+    read again even when the Session has it), or None."""
+    return uow.session.get(model, key, populate_existing=fresh)
+
+
+def load(uow: Transaction, model: type[M], statement: Select[Any]) -> list[M]:
+    """The Session's ``model`` objects a ``select(model)`` statement returns."""
+    return list(uow.session.scalars(statement))
+
+
+def add(uow: Transaction, instance: Base) -> None:
+    """INSERT a new object now (its defaults and errors come back here)."""
+    uow.session.add(instance)
+    uow.session.flush()
 
 
 def blank(model: type[M]) -> tuple[M, InstanceState[M]]:

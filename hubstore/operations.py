@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 
+from hubstore.dialects import SqlDialect
 from hubstore.services import (
     agents,
     assign_hub,
@@ -41,6 +42,11 @@ class HubOperations:
 
     def one_read(self) -> AbstractContextManager[Transaction]:
         """The unit of work of a method of one SELECT."""
+        raise NotImplementedError
+
+    @property
+    def sql(self) -> SqlDialect:
+        """The dialect's SQL component (hubstore.dialects)."""
         raise NotImplementedError
 
     # Agents

@@ -14,6 +14,7 @@ from sqlalchemy.engine import URL
 from hubstore.connections import ConnectionSource
 from hubstore.database import AssignListener, Database, Features, OpenUnitOfWork
 from hubstore.db_errors import translate
+from hubstore.dialects import SqlDialect
 from hubstore.engine import BUSY_TIMEOUT_MS, create_hub_engine
 from hubstore.errors import (
     DatabaseUnavailable,
@@ -141,6 +142,11 @@ class HubStore(WaitingOps, HubOperations):
         if current is not None:
             return cast(AbstractContextManager[UnitOfWork], current.savepoint(write))
         return UnitOfWork(self.db, write=write, single_statement=True)
+
+    @property
+    def sql(self) -> SqlDialect:
+        """The dialect's SQL component (:mod:`hubstore.dialects`)."""
+        return self.db.sql
 
     def on_assign_status_change(self, listener: AssignListener) -> Callable[[], None]:
         """Call ``listener(event, job)`` after each committed assign status change.

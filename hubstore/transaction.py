@@ -494,6 +494,11 @@ class Scope(Protocol):
     work of its own, or joining the one open in this thread) or an open unit of work
     (joining it). Every service function takes one as its first argument."""
 
+    @property
+    def sql(self) -> SqlDialect:
+        """The dialect's SQL component (to choose a unit of work before opening it)."""
+        ...
+
     def unit_of_work(self, write: bool = True) -> AbstractContextManager[Transaction]:
         """A unit of work (``write`` takes SQLite's write lock up front)."""
         ...

@@ -96,3 +96,18 @@ def test_sqlalchemys_private_api_is_used_in_the_execution_module_only() -> None:
     users = sorted(str(path.relative_to(ROOT)) for path in PACKAGE.rglob("*.py")
                    if PRIVATE_SQLALCHEMY.search(path.read_text(encoding="utf-8")))
     assert users == ["hubstore/execution.py"]
+
+
+def test_services_run_statements_through_the_execution_module_only() -> None:
+    """No service reaches past hubstore.execution to the connection, the Session or the
+    driver, and none begins a transaction itself (its Scope's unit of work does)."""
+    reached = {}
+    for path in sorted((PACKAGE / "services").glob("*.py")):
+        found = sorted({f"{node.value.id}.{node.attr}"
+                        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                        if isinstance(node, ast.Attribute)
+                        and isinstance(node.value, ast.Name) and node.value.id == "uow"
+                        and node.attr in ("connection", "session", "driver", "begin")})
+        if found:
+            reached[path.name] = found
+    assert reached == {}

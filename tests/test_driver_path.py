@@ -12,8 +12,8 @@ from sqlalchemy import Connection, event
 
 from hubstore import HubStore
 from hubstore.errors import DuplicateKey, HubStoreError, ValidationError
+from hubstore.execution import Prepared
 from hubstore.services import assigns, messages
-from hubstore.services.base import Prepared
 from tests.helpers import record_calls
 
 #: Values whose Python type a careless read changes (0.0 read back as 0, a JSON

@@ -13,8 +13,8 @@ from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement
 
 from hubstore import HubStore
+from hubstore.execution import Prepared
 from hubstore.reflexion import normalize_error
-from hubstore.services.base import Prepared
 from hubstore.services.messages import UNION_TOPICS
 from tests.factories import AgentFactory, MessageFactory, ReflexionEntryFactory
 

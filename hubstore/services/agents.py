@@ -9,11 +9,11 @@ from typing import Any
 from sqlalchemy import bindparam, select, update
 
 from hubstore.dialects import SqlDialect
+from hubstore.execution import Prepared, execute, get, load
 from hubstore.ids import now_ms, uuidv7
 from hubstore.models import AGENT_CLIS, AGENT_STATUSES, Agent, table_of
 from hubstore.results import Lease
 from hubstore.services.base import (
-    Prepared,
     const,
     resolve_now,
     update_row,
@@ -86,7 +86,7 @@ def get_agent(scope: Scope, agent_id: str) -> Agent | None:
     """The agent, or None."""
     lookup_key(agent_id, "agent_id")
     with scope.unit_of_work(write=False) as uow:
-        return uow.session.get(Agent, agent_id)
+        return get(uow, Agent, agent_id)
 
 
 def refresh_lease(scope: Scope, agent_id: str, ttl_ms: int = 30_000) -> Lease:
@@ -117,14 +117,14 @@ def list_online_agents(scope: Scope) -> list[Agent]:
     with scope.unit_of_work(write=False) as uow:
         stmt = (select(Agent).where(Agent.status != "offline")
                 .order_by(*uow.sql.natural_order(_agents)))
-        return list(uow.session.scalars(stmt))
+        return load(uow, Agent, stmt)
 
 
 def list_all_agents(scope: Scope) -> list[Agent]:
     """Every agent."""
     with scope.unit_of_work(write=False) as uow:
-        return list(uow.session.scalars(
-            select(Agent).order_by(*uow.sql.natural_order(_agents))))
+        return load(uow, Agent,
+                    select(Agent).order_by(*uow.sql.natural_order(_agents)))
 
 
 def get_agents_by_topic(scope: Scope, topic: str) -> list[Agent]:
@@ -134,18 +134,18 @@ def get_agents_by_topic(scope: Scope, topic: str) -> list[Agent]:
         subscribed = uow.sql.json_list_contains(_agents.c.topics_json, topic)
         stmt = (select(Agent).where(subscribed, Agent.status != "offline")
                 .order_by(*uow.sql.natural_order(_agents)))
-        return list(uow.session.scalars(stmt))
+        return load(uow, Agent, stmt)
 
 
 def sweep_stale_agents(scope: Scope, now_ms: int | None = None) -> dict[str, int]:
     """Online agents past their lease become stale; long-stale ones go offline."""
     now = resolve_now(now_ms)
     with scope.unit_of_work() as uow:
-        stale = uow.connection.execute(
+        stale = execute(uow,
             update(_agents).where(_agents.c.status == "online",
                                   _agents.c.lease_expires_ms < now)
             .values(status="stale"))
-        offline = uow.connection.execute(
+        offline = execute(uow,
             update(_agents).where(_agents.c.status == "stale",
                                   _agents.c.lease_expires_ms < now - OFFLINE_AFTER_MS)
             .values(status="offline"))

@@ -30,7 +30,7 @@ from hubstore.errors import (
     ValidationError,
     WorkerMismatch,
 )
-from hubstore.execution import from_row
+from hubstore.execution import Prepared, execute, from_row
 from hubstore.ids import now_ms, uuidv7
 from hubstore.jsontype import MAX_JSON_DEPTH
 from hubstore.models import AssignJob, Message, table_of
@@ -49,7 +49,7 @@ from hubstore.services.assigns import (
     terminal_times,
     write_guarded,
 )
-from hubstore.services.base import Prepared, const, resolve_now
+from hubstore.services.base import const, resolve_now
 from hubstore.services.messages import record_message
 from hubstore.validation import json_value, lookup_key, optional_int, require_id, require_text
 
@@ -213,7 +213,6 @@ def finish_routine(uow: Transaction, job_id: str, target: str, worker_agent: str
     values = {"p_job_id": job_id, "p_worker": worker_agent or None, "p_attempt": attempt,
               "p_status": target, "p_result": result, "p_error": error, "p_now": now_ms()}
     if not uow.sql.writable_ctes:  # two statements here: the update, then the event
-        uow.begin()
         done = _finish_statement(uow.sql, target != "succeeded").instance(
             uow, values, AssignJob)
         if done is None:
@@ -277,7 +276,9 @@ def report_assign_result(scope: Scope, job_id: str, status: str, worker_agent: s
     json_value(error, "error")
     json_value(metadata, "metadata")
     if target != "running":  # the one-statement path, when the report is routine
-        with scope.one_statement() as uow:
+        # (one statement where the event can be written in its WITH clause, else two)
+        with (scope.one_statement() if scope.sql.writable_ctes else scope.unit_of_work()
+              ) as uow:
             outcome = finish_routine(uow, job_id, target, worker_agent, attempt, result,
                                      error)
         if outcome is not None:
@@ -340,7 +341,7 @@ def sweep_timed_out_assigns(scope: Scope, now_ms: int | None = None) -> dict[str
                .order_by(c.updated_at_ms.desc(), c.job_id.desc())
                .limit(SWEEP_BATCH)
                .with_for_update(skip_locked=True))
-        for row in uow.connection.execute(due).mappings().all():
+        for row in execute(uow, due).mappings().all():
             job = from_row(AssignJob, row)
             error = rules.TIMED_OUT_ERROR if job.error is None else job.error
             outcome = finish(uow, job, "timed_out", {"error": error}, "sweeper",

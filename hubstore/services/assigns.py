@@ -35,10 +35,10 @@ from sqlalchemy import (
 from hubstore import assign_rules as rules
 from hubstore.dialects import SqlDialect
 from hubstore.errors import HubStoreError, ValidationError
-from hubstore.execution import from_row
+from hubstore.execution import Prepared, execute, from_row
 from hubstore.ids import now_ms, uuidv7
 from hubstore.models import ASSIGN_STATUSES, AssignJob, table_of
-from hubstore.services.base import Prepared, const
+from hubstore.services.base import const
 from hubstore.types import AssignPatch, AssignStatus
 from hubstore.validation import (
     INT64_MAX,
@@ -428,7 +428,7 @@ def list_assigns(scope: Scope, supervisor_agent: str | None = None,
     stmt = stmt.order_by(c.updated_at_ms.desc(), c.job_id.desc())
     stmt = stmt.limit(clamp(limit, 50, 1, 100))
     with scope.unit_of_work(write=False) as uow:
-        return [from_row(AssignJob, row) for row in uow.connection.execute(stmt).mappings()]
+        return [from_row(AssignJob, row) for row in execute(uow, stmt).mappings()]
 
 
 def retry_assign(scope: Scope, job_id: str, **patch: Unpack[AssignPatch]) -> AssignJob | None:

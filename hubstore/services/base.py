@@ -7,7 +7,7 @@ from typing import Any
 from sqlalchemy import Table, update
 
 from hubstore.dialects.base import const
-from hubstore.execution import Prepared
+from hubstore.execution import execute
 from hubstore.ids import now_ms
 from hubstore.transaction import Transaction
 from hubstore.validation import require_time
@@ -24,9 +24,9 @@ def resolve_now(value: int | None) -> int:
 def update_row(uow: Transaction, table: Table, key: str, **values: Any) -> bool:
     """UPDATE the row whose primary key is ``key``; True when there was one."""
     (key_column,) = table.primary_key.columns
-    result = uow.connection.execute(update(table).where(key_column == key).values(**values))
+    result = execute(uow, update(table).where(key_column == key).values(**values))
     return bool(result.rowcount)
 
 
 
-__all__ = ["Prepared", "const", "resolve_now", "update_row"]
+__all__ = ["const", "resolve_now", "update_row"]

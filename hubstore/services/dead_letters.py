@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import delete, insert, select, update
 
+from hubstore.execution import execute, load
 from hubstore.ids import now_ms
 from hubstore.models import DeadLetter, Message, table_of
 from hubstore.validation import require_id, require_int, require_text
@@ -27,8 +28,8 @@ def record_dead_letters(uow: Transaction, message_ids: list[str], reason: str,
     """
     for start in range(0, len(message_ids), _CHUNK):
         chunk = message_ids[start:start + _CHUNK]
-        uow.connection.execute(delete(_letters).where(_letters.c.message_id.in_(chunk)))
-        uow.connection.execute(insert(_letters), [
+        execute(uow, delete(_letters).where(_letters.c.message_id.in_(chunk)))
+        execute(uow, insert(_letters), [
             {"message_id": mid, "reason": reason, "failed_at_ms": failed_at_ms,
              "last_error": last_error} for mid in chunk])
 
@@ -41,7 +42,7 @@ def move_to_dead_letter(scope: Scope, message_id: str, reason: str,
     if last_error is not None:
         require_text(last_error, "last_error")
     with scope.unit_of_work() as uow:
-        uow.connection.execute(update(_messages).where(_messages.c.id == message_id)
+        execute(uow, update(_messages).where(_messages.c.id == message_id)
                             .values(status="dead_letter"))
         record_dead_letters(uow, [message_id], reason, last_error, now_ms())
     return True
@@ -51,7 +52,7 @@ def get_dead_letters(scope: Scope, limit: int = 50) -> list[DeadLetter]:
     """Dead letters, newest first."""
     require_int(limit, "limit", minimum=0)
     with scope.unit_of_work(write=False) as uow:
-        return list(uow.session.scalars(
-            select(DeadLetter)
+        return load(uow, DeadLetter,
+                    select(DeadLetter)
             .order_by(DeadLetter.failed_at_ms.desc(), DeadLetter.message_id.desc())
-            .limit(limit)))
+            .limit(limit))

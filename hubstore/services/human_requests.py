@@ -6,6 +6,7 @@ from typing import Any
 
 from sqlalchemy import select, update
 
+from hubstore.execution import add, execute, get, load
 from hubstore.ids import now_ms, uuidv7
 from hubstore.models import HUMAN_DEFAULT_ACTIONS, HUMAN_KINDS, HUMAN_STATES, HumanRequest, table_of
 from hubstore.services.base import resolve_now, update_row
@@ -45,8 +46,7 @@ def insert_human_request(scope: Scope, requester_agent: str, kind: HumanKind, pr
             default_action=default_action, correlation_id=correlation_id or uuidv7(),
             trace_id=trace_id or uuidv7(), response=None,
         )
-        uow.session.add(request)
-        uow.session.flush()
+        add(uow, request)
         return request
 
 
@@ -54,7 +54,7 @@ def get_human_request(scope: Scope, request_id: str) -> HumanRequest | None:
     """The request, or None."""
     lookup_key(request_id, "request_id")
     with scope.unit_of_work(write=False) as uow:
-        return uow.session.get(HumanRequest, request_id)
+        return get(uow, HumanRequest, request_id)
 
 
 def update_human_request(scope: Scope, request_id: str, state: HumanState,
@@ -70,16 +70,16 @@ def update_human_request(scope: Scope, request_id: str, state: HumanState,
 def get_pending_human_requests(scope: Scope) -> list[HumanRequest]:
     """Every pending request."""
     with scope.unit_of_work(write=False) as uow:
-        return list(uow.session.scalars(
-            select(HumanRequest).where(HumanRequest.state == "pending")
-            .order_by(*uow.sql.natural_order(_requests))))
+        return load(uow, HumanRequest,
+                    select(HumanRequest).where(HumanRequest.state == "pending")
+            .order_by(*uow.sql.natural_order(_requests)))
 
 
 def expire_human_requests(scope: Scope, now_ms: int | None = None) -> int:
     """Pending requests past their deadline become timed_out; returns how many."""
     now = resolve_now(now_ms)
     with scope.unit_of_work() as uow:
-        result = uow.connection.execute(
+        result = execute(uow,
             update(_requests).where(_requests.c.state == "pending",
                                     _requests.c.deadline_ms < now)
             .values(state="timed_out"))

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Select, bindparam, insert, select, text, union_all
 
 from hubstore.dialects import SqlDialect
-from hubstore.execution import from_row
+from hubstore.execution import Prepared, from_row, get, load
 from hubstore.ids import now_ms, uuidv7
 from hubstore.jsontype import MAX_JSON_DEPTH, dumps
 from hubstore.models import (
@@ -21,7 +21,7 @@ from hubstore.models import (
     table_of,
 )
 from hubstore.services.agents import get_agents_by_topic
-from hubstore.services.base import Prepared, update_row
+from hubstore.services.base import update_row
 from hubstore.types import MessageStatus, MessageType
 from hubstore.validation import (
     as_number,
@@ -186,26 +186,27 @@ def get_message(scope: Scope, id: str) -> Message | None:
     """The message, or None."""
     lookup_key(id, "id")
     with scope.unit_of_work(write=False) as uow:
-        return uow.session.get(Message, id)
+        return get(uow, Message, id)
 
 
 def get_response_by_correlation(scope: Scope, correlation_id: str) -> Message | None:
     """The newest response with that correlation id."""
     lookup_key(correlation_id, "correlation_id")
     with scope.unit_of_work(write=False) as uow:
-        return uow.session.scalars(
-            select(Message).where(Message.correlation_id == correlation_id,
-                                  Message.type == "response")
-            .order_by(*_newest_first).limit(1)).first()
+        found = load(uow, Message,
+                     select(Message).where(Message.correlation_id == correlation_id,
+                                           Message.type == "response")
+                     .order_by(*_newest_first).limit(1))
+        return found[0] if found else None
 
 
 def get_messages_by_trace(scope: Scope, trace_id: str) -> list[Message]:
     """Every message of a trace, oldest first."""
     lookup_key(trace_id, "trace_id")
     with scope.unit_of_work(write=False) as uow:
-        return list(uow.session.scalars(
-            select(Message).where(Message.trace_id == trace_id)
-            .order_by(Message.created_at_ms, Message.id)))
+        return load(uow, Message,
+                    select(Message).where(Message.trace_id == trace_id)
+            .order_by(Message.created_at_ms, Message.id))
 
 
 def update_message_status(scope: Scope, id: str, status: MessageStatus) -> bool:

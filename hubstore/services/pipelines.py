@@ -6,6 +6,7 @@ from typing import Unpack
 
 from sqlalchemy import delete, select
 
+from hubstore.execution import execute, get, load
 from hubstore.ids import now_ms
 from hubstore.models import PipelineState, table_of
 from hubstore.transaction import Scope
@@ -21,7 +22,7 @@ def get_pipeline_state(scope: Scope, team_name: str) -> PipelineState | None:
     """The team's state, or None."""
     lookup_key(team_name, "team_name")
     with scope.unit_of_work(write=False) as uow:
-        return uow.session.get(PipelineState, team_name)
+        return get(uow, PipelineState, team_name)
 
 
 def save_pipeline_state(scope: Scope, team_name: str,
@@ -47,8 +48,8 @@ def save_pipeline_state(scope: Scope, team_name: str,
         stmt = stmt.on_conflict_do_update(
             index_elements=[_pipelines.c.team_name],
             set_={k: stmt.excluded[k] for k in (*fields, "updated_at")})
-        uow.connection.execute(stmt)
-        state = uow.session.get(PipelineState, team_name, populate_existing=True)
+        execute(uow, stmt)
+        state = get(uow, PipelineState, team_name, fresh=True)
         assert state is not None
         return state
 
@@ -57,7 +58,7 @@ def remove_pipeline_state(scope: Scope, team_name: str) -> bool:
     """Delete the team's state; True when there was one."""
     lookup_key(team_name, "team_name")
     with scope.unit_of_work() as uow:
-        result = uow.connection.execute(
+        result = execute(uow,
             delete(_pipelines).where(_pipelines.c.team_name == team_name))
         return bool(result.rowcount)
 
@@ -65,8 +66,8 @@ def remove_pipeline_state(scope: Scope, team_name: str) -> bool:
 def list_pipeline_states(scope: Scope) -> list[PipelineState]:
     """Every team's state, by team name."""
     with scope.unit_of_work(write=False) as uow:
-        return list(uow.session.scalars(
-            select(PipelineState).order_by(PipelineState.team_name)))
+        return load(uow, PipelineState,
+                    select(PipelineState).order_by(PipelineState.team_name))
 
 
 def raise_unknown(names: list[str]) -> None:

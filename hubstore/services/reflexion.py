@@ -19,12 +19,12 @@ from sqlalchemy import (
 
 from hubstore.dialects import ContextSignature, SqlDialect
 from hubstore.errors import ValidationError
-from hubstore.execution import from_row
+from hubstore.execution import Prepared, execute, from_row, get
 from hubstore.ids import now_ms, uuidv7
 from hubstore.jsontype import dumps
 from hubstore.models import REFLEXION_TYPES, ReflexionEntry, table_of
 from hubstore.reflexion import recalc_confidence
-from hubstore.services.base import Prepared, resolve_now
+from hubstore.services.base import resolve_now
 from hubstore.transaction import Scope
 from hubstore.types import ReflexionPatch, ReflexionType
 from hubstore.validation import (
@@ -223,7 +223,7 @@ def get_reflexion(scope: Scope, id: str) -> ReflexionEntry | None:
     """The entry, or None."""
     lookup_key(id, "id")
     with scope.unit_of_work(write=False) as uow:
-        return uow.session.get(ReflexionEntry, id)
+        return get(uow, ReflexionEntry, id)
 
 
 def find_reflexion(scope: Scope, error_pattern: str,
@@ -292,7 +292,7 @@ def prune_reflexion(scope: Scope, max_age_ms: int = THIRTY_DAYS_MS, min_confiden
     threshold = require_number(min_confidence, "min_confidence")
     now = resolve_now(now_ms)
     with scope.unit_of_work() as uow:
-        result = uow.connection.execute(
+        result = execute(uow,
             delete(_entries).where(_entries.c.updated_at_ms < now - max_age_ms,
                                    _entries.c.confidence < threshold))
         return int(result.rowcount)

@@ -21,6 +21,7 @@ from typing import TypeVar
 
 from sqlalchemy import Integer, bindparam, delete, func, select
 
+from hubstore.execution import execute, scalar
 from hubstore.models import DeadLetter, Message, MessageInbox, MessageLog, table_of
 from hubstore.services.base import resolve_now
 from hubstore.services.stats import FOLD_LOG, LOG_FOLDED, hub_counters
@@ -83,16 +84,16 @@ def prune_messages(scope: Scope, older_than_ms: int, now_ms: int | None = None,
         while True:
             began = time.monotonic()
             with scope.unit_of_work() as uow:
-                rows = uow.connection.execute(_BATCH, {
+                rows = execute(uow, _BATCH, {
                     "p_priority": priority, "p_before": before, "p_limit": batch_size,
                     "p_from": -(2 ** 63) if start is None else start}).all()
                 ids = [row.id for row in rows]
                 for chunk in _chunks(ids):
-                    uow.connection.execute(delete(_inbox).where(
+                    execute(uow, delete(_inbox).where(
                         _inbox.c.message_id.in_(chunk)))
-                    uow.connection.execute(delete(_letters).where(
+                    execute(uow, delete(_letters).where(
                         _letters.c.message_id.in_(chunk)))
-                    uow.connection.execute(delete(_messages).where(
+                    execute(uow, delete(_messages).where(
                         _messages.c.id.in_(chunk)))
             # Joined into a unit of work still open (called on it, or on the store
             # inside one), the batches are parts of its transaction: nothing to pause
@@ -131,17 +132,17 @@ def trim_message_log(scope: Scope, batch_size: int) -> None:
     after = 0
     while True:
         with scope.unit_of_work() as uow:
-            rows = uow.connection.execute(_LOG_SCAN, {
+            rows = execute(uow, _LOG_SCAN, {
                 "p_after": after, "p_limit": batch_size}).all()
             gone = [row.seq for row in rows if row.gone]
             log_counts = bool(gone) and uow.db.features.log_counts
             for statement in FOLD_LOG if log_counts else ():
-                uow.connection.execute(statement)
+                execute(uow, statement)
             for chunk in _chunks(gone):
                 trim = delete(_log).where(_log.c.seq.in_(chunk), _log.c.seq < _LOG_HEAD)
                 if log_counts:
                     trim = trim.where(_log.c.seq <= _LOG_FOLDED)
-                uow.connection.execute(trim)
+                execute(uow, trim)
         if not gone or len(rows) < batch_size:
             return
         after = rows[-1].seq
@@ -152,7 +153,7 @@ def count_messages_before(scope: Scope, older_than_ms: int, now_ms: int | None =
     require_int(older_than_ms, "older_than_ms", minimum=0)
     before = resolve_now(now_ms) - older_than_ms
     with scope.unit_of_work(write=False) as uow:
-        return int(uow.connection.scalar(
+        return int(scalar(uow,
             select(func.count()).select_from(_messages).where(
                 _messages.c.priority.in_(list(PRIORITIES)),
                 _messages.c.created_at_ms < before)) or 0)

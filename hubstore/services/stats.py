@@ -27,6 +27,7 @@ from sqlalchemy import (
 )
 
 from hubstore.dialects import SqlDialect
+from hubstore.execution import execute, scalar, scalars
 from hubstore.models import Agent, AssignJob, DeadLetter, Message, table_of
 from hubstore.services.base import const, resolve_now
 from hubstore.services.dead_letters import record_dead_letters
@@ -103,17 +104,17 @@ def counts(uow: Transaction) -> dict[str, int]:
     """Every counter the figures need, in one statement that counts no table."""
     features = uow.db.features
     if features.counter_deltas:
-        figures = {str(n): int(v) for n, v in uow.connection.execute(_FIGURES_WITH_DELTAS)}
+        figures = {str(n): int(v) for n, v in execute(uow, _FIGURES_WITH_DELTAS)}
         if figures.pop("_pending", 0) >= FOLD_AT:
             # Readers run READ ONLY transactions: the fold is a write of its own, after.
             engine = uow.db.engine
             uow.after_commit(lambda: fold_deltas(engine))
         return figures
     if features.log_counts:
-        return {str(n): int(v) for n, v in uow.connection.execute(FIGURES_WITH_LOG)}
+        return {str(n): int(v) for n, v in execute(uow, FIGURES_WITH_LOG)}
     if features.counters:
-        return {str(n): int(v) for n, v in uow.connection.execute(_FIGURES)}
-    online = uow.connection.execute(_ONLINE).one().value
+        return {str(n): int(v) for n, v in execute(uow, _FIGURES)}
+    online = execute(uow, _ONLINE).one().value
     return {"online_agents": int(online), **plain_counts(uow)}
 
 
@@ -140,15 +141,15 @@ def vacuum_deltas(engine: Engine) -> None:
 def plain_counts(uow: Transaction) -> dict[str, int]:
     """The same counters by counting rows (the reference's way, also the check)."""
     queued = _messages.c.status == const("queued")
-    by_status = {str(status): int(n) for status, n in uow.connection.execute(
+    by_status = {str(status): int(n) for status, n in execute(uow,
         select(AssignJob.status, func.count()).group_by(AssignJob.status))}
     result = {
-        "messages": uow.connection.scalar(select(func.count()).select_from(_messages)),
-        "messages_queued_urgent": uow.connection.scalar(
+        "messages": scalar(uow, select(func.count()).select_from(_messages)),
+        "messages_queued_urgent": scalar(uow,
             select(func.count()).where(queued, _messages.c.priority >= URGENT_PRIORITY)),
-        "messages_queued_normal": uow.connection.scalar(
+        "messages_queued_normal": scalar(uow,
             select(func.count()).where(queued, _messages.c.priority < URGENT_PRIORITY)),
-        "dead_letters": uow.connection.scalar(select(func.count()).select_from(DeadLetter)),
+        "dead_letters": scalar(uow, select(func.count()).select_from(DeadLetter)),
     }
     for status in ("queued", "running", "succeeded", "failed", "timed_out"):
         result[f"assign_{status}"] = by_status.get(status, 0)
@@ -172,7 +173,7 @@ def sweep_expired(scope: Scope, now_ms: int | None = None) -> dict[str, int]:
     """Queued messages past expiry become dead letters; overdue human requests time out."""
     now = resolve_now(now_ms)
     with scope.unit_of_work() as uow:
-        expired = list(uow.connection.scalars(expire_queued(uow.sql, now)))
+        expired = list(scalars(uow, expire_queued(uow.sql, now)))
         record_dead_letters(uow, expired, "ttl_expired", None, now)
         timed_out = expire_human_requests(uow, now)
         return {"messages": len(expired), "human_requests": timed_out}
@@ -189,7 +190,7 @@ def get_delivery_stats(scope: Scope, now_ms: int | None = None) -> dict[str, Any
     """Acked messages created in the last five minutes."""
     now = resolve_now(now_ms)
     with scope.unit_of_work(write=False) as uow:
-        total = uow.connection.scalar(select(func.count()).select_from(_messages).where(
+        total = scalar(uow, select(func.count()).select_from(_messages).where(
             _messages.c.status == const("acked"),
             _messages.c.created_at_ms > now - DELIVERY_WINDOW_MS))
     return {"total_deliveries": int(total or 0), "avg_delivery_ms": 0}

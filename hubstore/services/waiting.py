@@ -24,10 +24,9 @@ from sqlalchemy.engine import URL
 
 from hubstore import signals
 from hubstore.errors import ValidationError
-from hubstore.execution import from_row
+from hubstore.execution import Prepared, from_row
 from hubstore.models import TOPIC_FEED_WHERE, Message, MessageLog, table_of
 from hubstore.services.assign_hub import claim_next_assign
-from hubstore.services.base import Prepared
 from hubstore.services.messages import feed_topics
 from hubstore.validation import as_number, require_id, string_list
 
