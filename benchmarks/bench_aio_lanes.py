@@ -27,7 +27,7 @@ from typing import Any
 
 from hubstore import HubStore
 from hubstore.aio import AsyncHubStore
-from hubstore.engine import _json_serializer
+from hubstore.jsontype import dumps
 
 AGENT = "bench-a"
 Timing = tuple[float, float]  # µs per heartbeat, per audit_log
@@ -74,7 +74,8 @@ async def greenlet_run(url: str, calls: int, tasks: int) -> Timing:
     from sqlalchemy.ext.asyncio import create_async_engine
     from sqlalchemy.util import greenlet_spawn
 
-    engine = create_async_engine(url, json_serializer=_json_serializer,
+    # hubstore's own engine writes JSON with dumps too (its json_serializer).
+    engine = create_async_engine(url, json_serializer=dumps,
                                  json_deserializer=json.loads)
     try:
         store: HubStore = await greenlet_spawn(HubStore, engine.sync_engine)

@@ -2,12 +2,12 @@
 
 The claim run of ``bench_store.py --claim`` (P processes claiming and finishing J jobs,
 two autocommit statements per job), made on psycopg alone with hubstore's own statements
-(``raw_claim_loop``), on a freshly migrated database, then again with parts of the
-layout taken away on that database only: the counter triggers, the message_log stamp
-(its advisory lock, sequence row and NOTIFY), both, and, on top of both, three of the
-message indexes. Variants alternate within each repeat, so a changing machine moves
-them alike. Nothing here changes hubstore; the variants are measurements of what the
-server spends per job, not layouts to run.
+(``raw_claim_loop`` in ``bench/claim_loops.py``), on a freshly migrated database, then
+again with parts of the layout taken away on that database only: the counter triggers,
+the message_log stamp (its advisory lock, sequence row and NOTIFY), both, and, on top of
+both, three of the message indexes. Variants alternate within each repeat, so a changing
+machine moves them alike. Nothing here changes hubstore; the variants are measurements of
+what the server spends per job, not layouts to run.
 
 Usage::
 
@@ -25,7 +25,10 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-import bench_store  # the script beside this one (its folder is first on sys.path)
+# bench: the package beside this script (its folder is first on sys.path)
+from bench.claims import claim_once
+from bench.common import format_table
+from bench.databases import pg_reset
 from sqlalchemy import create_engine, make_url, text
 
 from hubstore import HubStore
@@ -46,7 +49,7 @@ VARIANTS: tuple[tuple[str, str | None], ...] = (
 
 def fresh(url: str, change: str | None) -> None:
     """Empty the database, migrate it to head, then apply ``change`` (DDL) to it."""
-    bench_store._pg_reset(url)
+    pg_reset(url)
     with HubStore.open(url, auto_migrate=True):
         pass
     if change is not None:
@@ -65,7 +68,7 @@ def measure(url: str, processes: int, jobs: int, repeat: int) -> dict[str, list[
     for _ in range(repeat):
         for name, change in VARIANTS:
             fresh(url, change)
-            run = bench_store.claim_once(args, url, lambda _message: None, lane="raw")
+            run = claim_once(args, url, lambda _message: None, lane="raw")
             checks = run["checks"]
             if run["errors"] or not (checks["claimed_once"] and checks["all_succeeded"]):
                 raise SystemExit(f"{name}: {run['errors'] or checks}")
@@ -94,8 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         rows = [[name, " / ".join(f"{r:,.0f}" for r in values),
                  f"{statistics.median(values):,.1f}", f"{statistics.median(values) / base:.2f}x"]
                 for name, values in rates.items()]
-        print(bench_store.format_table(["layout", "jobs/s per repeat", "median", "vs as is"],
-                                       rows))
+        print(format_table(["layout", "jobs/s per repeat", "median", "vs as is"], rows))
     return 0
 
 

@@ -1,9 +1,10 @@
 // Drives a reference hub store (triflux hub/store.mjs + reflexion.mjs) for bench_store.py.
 //
 // Reads one JSON spec on stdin, prints one JSON line on stdout. The workloads mirror the
-// ones in bench_store.py call for call (same agent names, topics, payloads, errors), so
-// that the two stores do the same work. Nothing is preloaded here: bench_store.py writes
-// the background rows into the file before this script opens it.
+// ones in bench/workloads.py call for call (same agent names, topics, payloads, errors),
+// so that the two stores do the same work. Nothing is preloaded here: bench_store.py
+// (bench/background.py) writes the background rows into the file before this script
+// opens it.
 //
 // Spec fields: mode ("init" | "workloads" | "hub"), hub_dir (the folder holding
 // store.mjs), db (the database file), and per mode:
@@ -68,7 +69,7 @@ function runWorkloads(store, reflexion, spec) {
   return { rates };
 }
 
-// The whole-hub mix (bench_store.py hub_second): per simulated second, agent a with
+// The whole-hub mix (bench/whole_hub.py hub_second): per simulated second, agent a with
 // phase p = t + a heartbeats when p % 10 == 0, polls when p is even and writes an audit
 // message when it is odd, runs an assign lifecycle when p % 50 == 0, learns from an
 // error when p % 100 == 0 and looks one up when p % 100 == 50. The hub reads its figures

@@ -7,7 +7,6 @@ script's command line, as the README runs it.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import json
 import os
 import shutil
@@ -235,26 +234,24 @@ def test_hub_mode_runs_the_same_mix_at_each_history_size(empty_url: URL) -> None
         assert payload["results"][scale]["hubstore"]["median"] == run["agent_seconds_per_s"]
 
 
-def _bench_module() -> Any:
-    """bench_store.py imported as a module (benchmarks/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("bench_store_under_test", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+def _bench_module(name: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A module of the script's package ``bench``, imported as the script imports it
+    (benchmarks/ is not a package: its folder goes first on sys.path)."""
+    monkeypatch.syspath_prepend(str(SCRIPT.parent))
+    return importlib.import_module(f"bench.{name}")
 
 
-def test_raw_driver_lane_does_the_hubs_work_as_hubstore_does(tmp_path: Path) -> None:
+def test_raw_driver_lane_does_the_hubs_work_as_hubstore_does(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The anchor is only worth its figure if it does the same work: its polls return
     the rows hubstore's poll returns, in order; its audit_log writes a message hubstore
     reads back field for field; its heartbeat moves the lease hubstore reads."""
-    bench_store = _bench_module()
+    raw_driver = _bench_module("raw_driver", monkeypatch)
     url = f"sqlite:///{tmp_path / 'hub.db'}"
     with HubStore.open(url, auto_migrate=True) as store:
         store.register_agent("a", "codex", topics=["t.x"])
         store.register_agent("b", "codex", topics=["t.y"])
-        raw = bench_store.RawDriverHub(store)
+        raw = raw_driver.RawDriverHub(store)
         written = [raw.audit_log(type="event", from_agent="b", to_agent=to, topic=topic,
                                  payload={"k": k, "s": "é"})
                    for k, (to, topic) in enumerate(
