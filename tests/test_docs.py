@@ -89,11 +89,3 @@ def test_the_first_hub_example_runs(tmp_path: Path) -> None:
     run = subprocess.run([sys.executable, "-c", example.replace("sqlite:///hub.db", url)],
                          capture_output=True, text=True, check=False)
     assert (run.returncode, run.stdout) == (0, "completed\n"), run.stderr
-
-
-def test_the_testing_page_examples_pass(pytester: pytest.Pytester) -> None:
-    tests = "\n\n".join(b for b in blocks("testing.md", "python") if "def test_" in b)
-    pytester.makepyfile(test_user=tests)
-    result = pytester.runpytest_subprocess("-p", "hubstore.testing", "-q",
-                                           "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=3)
