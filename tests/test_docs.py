@@ -125,6 +125,53 @@ def test_the_api_page_shows_the_contract_only(site: Path) -> None:
     assert not columns & {"from_row", "blank", "column_keys", "key_column", "metadata"}
 
 
+@pytest.mark.slow
+@NO_MKDOCS
+def test_the_api_page_renders_docstring_examples_as_code(site: Path) -> None:
+    """Doctest blocks are code without their directives; Sphinx roles are not shown raw."""
+    api = (site / "api" / "index.html").read_text(encoding="utf-8")
+    assert "doctest" not in api
+    assert "<blockquote>" not in api  # what Markdown makes of a bare >>> line
+    assert not re.search(r":(class|meth|func|attr|mod|exc):", api)
+    assert 'worker-1' in api and api.count('class="gp"') >= 2  # the examples, as pycon
+
+
+@pytest.mark.slow
+@NO_MKDOCS
+def test_a_duplicate_id_fails_the_strict_build(tmp_path: Path) -> None:
+    """mkdocs.yml's hook (tools/docs_build.py) makes a duplicate id a build warning."""
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "index.md").write_text(
+        '# Page\n\n<span id="twice"></span>\n\n<span id="twice"></span>\n')
+    (tmp_path / "mkdocs.yml").write_text(
+        f"site_name: t\nhooks:\n  - {CHECKOUT / 'tools' / 'docs_build.py'}\n")
+    run = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict",
+                          "--site-dir", str(tmp_path / "site")], cwd=tmp_path,
+                         capture_output=True, text=True, check=False, timeout=300,
+                         env={"NO_MKDOCS_2_WARNING": "1", "PATH": str(Path(sys.executable).parent)})
+    assert run.returncode != 0
+    assert "index.md: 1 ids are used more than once (each must be unique): twice" in run.stderr
+
+
+def test_docstrings_are_rendered_for_markdown() -> None:
+    pytest.importorskip("griffe", reason='griffe comes with mkdocstrings (".[docs]")')
+    from tools.docs_build import doctest_blocks_as_code, roles_as_code
+
+    docstring = ("The store.\n\n"
+                 ">>> store = open()  # doctest: +SKIP\n"
+                 "... x = 1  #doctest:+ELLIPSIS\n"
+                 "'out'  # doctest: kept, not a >>> line\n\n"
+                 "```python\n>>> fenced  # doctest: +SKIP\n```\n"
+                 "Not a block: a >>> b  # doctest: +SKIP")
+    assert doctest_blocks_as_code(docstring) == (
+        "The store.\n\n"
+        "```pycon\n>>> store = open()\n... x = 1\n'out'  # doctest: kept, not a >>> line\n```\n\n"
+        "```python\n>>> fenced  # doctest: +SKIP\n```\n"
+        "Not a block: a >>> b  # doctest: +SKIP")
+    assert roles_as_code("see :class:`~hubstore.uow.UnitOfWork`, :meth:`HubStore.open` and "
+                         ":py:attr:`x`") == "see `UnitOfWork`, `HubStore.open` and `x`"
+
+
 def test_every_page_is_in_the_navigation() -> None:
     nav = (CHECKOUT / "mkdocs.yml").read_text()
     listed = set(re.findall(r":\s*([\w-]+\.md)\s*$", nav, re.M))
