@@ -53,6 +53,11 @@ PG_URL = re.compile(r"(?P<scheme>postgresql(?:\+psycopg)?://)[^/\s\"']+/[\w-]+")
 FILE_NAME = re.compile(r"\A#\s*(?P<name>\w+\.py)\s*\n")
 
 
+def shown(page: Path) -> str:
+    """The page's name in messages: its path in the checkout."""
+    return str(page.relative_to(CHECKOUT)) if page.is_relative_to(CHECKOUT) else page.name
+
+
 @dataclass
 class Example:
     page: Path
@@ -62,7 +67,7 @@ class Example:
 
     @property
     def where(self) -> str:
-        return f"{self.page.relative_to(CHECKOUT)}:{self.line}"
+        return f"{shown(self.page)}:{self.line}"
 
 
 @dataclass
@@ -91,7 +96,7 @@ class Program:
         for example in self.examples:
             lines = example.source.count("\n")
             if line <= lines:
-                return f"{example.page.relative_to(CHECKOUT)}:{example.line + line}"
+                return f"{shown(example.page)}:{example.line + line}"
             line -= lines
         return f"{self.where} (line {line} after its end)"
 
@@ -124,7 +129,7 @@ def examples(page: Path) -> list[tuple[Example, int]]:
         if match.group("lang") not in PYTHON:
             continue
         line = text.count("\n", 0, match.start()) + 1
-        where = f"{page.relative_to(CHECKOUT)}:{line}"
+        where = f"{shown(page)}:{line}"
         before = text[:match.start()].rstrip("\n").rpartition("\n")[2]
         marker = MARKER.match(before)
         options = parse_options(marker.group("words"), where) if marker else {}
@@ -134,9 +139,9 @@ def examples(page: Path) -> list[tuple[Example, int]]:
     return found
 
 
-def programs() -> list[Program]:
+def programs(pages: list[Path]) -> list[Program]:
     collected: list[Program] = []
-    for page in PAGES:
+    for page in pages:
         text = page.read_text(encoding="utf-8")
         previous: Program | None = None
         for example, end in examples(page):
@@ -155,7 +160,7 @@ def programs() -> list[Program]:
     return collected
 
 
-PROGRAMS = programs()
+PROGRAMS = programs(PAGES)
 RUN = [p for p in PROGRAMS if "not run" not in p.options]
 
 
@@ -171,6 +176,27 @@ def test_the_examples_are_found() -> None:
     for program in PROGRAMS:
         if "not run" in program.options:
             assert program.options["not run"], f"{program.where}: say why it is not run"
+
+
+def test_the_markers_say_how_examples_run(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(
+        "```python\nx = 1\n```\n\n"
+        "<!-- example: continued -->\n```python\nprint(x)\n```\n\nprints\n\n```text\n1\n```\n\n"
+        "<!-- example: not run: it waits forever -->\n```python\nwait()\n```\n\n"
+        "- in a list:\n\n    <!-- example: pytest -->\n    ```python\n    # conftest.py\n"
+        "    pytest_plugins = []\n    ```\n"
+        "<!-- example: pytest, continued -->\n```python\ndef test_a() -> None: ...\n```\n",
+        encoding="utf-8")
+    first, waits, suite = programs([page])
+    assert (first.source, first.output, first.where) == ("x = 1\nprint(x)\n", "1\n", "page.md:1")
+    assert first.locate(2) == "page.md:7"
+    assert waits.options == {"not run": "it waits forever"}
+    assert list(suite.files()) == ["conftest.py", "test_example_2.py"]
+    assert suite.files()["conftest.py"] == "# conftest.py\npytest_plugins = []\n"
+    page.write_text("<!-- example: contiued -->\n```python\n```\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="unknown example option 'contiued'"):
+        programs([page])
 
 
 def clean_environment() -> dict[str, str]:
