@@ -19,9 +19,10 @@ When factory-boy is installed (`pip install "hubstore[testing]"`), the factories
 `hubstore.testing.factories` are bound to the store the fixture yields:
 
 ```python
+from hubstore import HubStore
 from hubstore.testing.factories import AgentFactory
 
-def test_lists_agents(hub_store):
+def test_lists_agents(hub_store: HubStore) -> None:
     AgentFactory.create(agent_id="a1")
     assert [a.agent_id for a in hub_store.list_all_agents()] == ["a1"]
 ```

@@ -59,6 +59,8 @@ class _Base(SQLAlchemyModelFactory):
 
 
 class AgentFactory(_Base):
+    """`Agent` rows: ids ``agent-N``, a codex agent online with a 30 s lease."""
+
     class Meta:
         model = Agent
 
@@ -74,6 +76,8 @@ class AgentFactory(_Base):
 
 
 class MessageFactory(_Base):
+    """`Message` rows: a queued event from ``sender`` to ``receiver`` (no inbox row)."""
+
     class Meta:
         model = Message
 
@@ -93,6 +97,8 @@ class MessageFactory(_Base):
 
 
 class MessageInboxFactory(_Base):
+    """`MessageInbox` rows: a delivery to ``receiver`` of a new message."""
+
     class Meta:
         model = MessageInbox
 
@@ -104,6 +110,8 @@ class MessageInboxFactory(_Base):
 
 
 class HumanRequestFactory(_Base):
+    """`HumanRequest` rows: a pending approval, due in a minute."""
+
     class Meta:
         model = HumanRequest
 
@@ -121,6 +129,8 @@ class HumanRequestFactory(_Base):
 
 
 class DeadLetterFactory(_Base):
+    """`DeadLetter` rows: a message that expired (``ttl_expired``)."""
+
     class Meta:
         model = DeadLetter
 
@@ -131,6 +141,8 @@ class DeadLetterFactory(_Base):
 
 
 class AssignJobFactory(_Base):
+    """`AssignJob` rows: a queued job from ``lead`` to ``worker``, due in 10 minutes."""
+
     class Meta:
         model = AssignJob
 
@@ -161,6 +173,8 @@ class AssignJobFactory(_Base):
 
 
 class PipelineStateFactory(_Base):
+    """`PipelineState` rows: teams ``team-N`` in the ``plan`` phase."""
+
     class Meta:
         model = PipelineState
 
@@ -177,6 +191,8 @@ class PipelineStateFactory(_Base):
 
 
 class ReflexionEntryFactory(_Base):
+    """`ReflexionEntry` rows: a distinct error pattern each, confidence 0.5."""
+
     class Meta:
         model = ReflexionEntry
 

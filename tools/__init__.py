@@ -1,0 +1,1 @@
+"""Helpers of the project's own tooling (not part of the hubstore package)."""

@@ -1,0 +1,86 @@
+"""Build helpers for the documentation (mkdocs.yml loads this file twice).
+
+- As an mkdocs hook (``hooks:``): every built page must have unique ``id`` attributes,
+  or a link to a heading goes to the first element with its id. A duplicate is a
+  warning, so ``mkdocs build --strict`` fails on it.
+- As a Griffe extension (mkdocstrings' ``extensions:``, ``MarkdownDocstrings``): the
+  docstrings' reStructuredText habits, rendered for Markdown. A doctest block (a
+  paragraph of ``>>>`` lines) becomes a ``pycon`` code block, without its doctest
+  directives (``# doctest: +SKIP`` is for doctest, not for readers; Sphinx's
+  ``trim_doctest_flags`` leaves them out too); Markdown alone would render it as three
+  nested quotes. A Sphinx role (``:class:`~hubstore.uow.UnitOfWork```) becomes inline
+  code of the name it shows (``UnitOfWork``).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import Counter
+from typing import Any
+
+import griffe
+
+log = logging.getLogger(f"mkdocs.plugins.{__name__}")
+
+ID = re.compile(r"""\sid=["']([^"']+)["']""")
+#: A doctest directive at the end of a source line (``>>>`` or ``...``) of a doctest.
+DOCTEST_FLAG = re.compile(r"^(?P<code>[ \t]*(?:>>>|\.\.\.).*?)[ \t]*#[ \t]*doctest:.*$")
+FENCE = re.compile(r"^[ \t]*(```|~~~)")
+ROLE = re.compile(r":(?:py:)?(?:class|meth|func|attr|mod|data|exc|obj):"
+                  r"`(?P<tilde>~?)(?P<path>[^`]+)`")
+
+
+def duplicate_ids(html: str) -> list[str]:
+    """The ids that more than one element of ``html`` has."""
+    return sorted(name for name, count in Counter(ID.findall(html)).items() if count > 1)
+
+
+def on_post_page(output: str, page: Any, config: Any, **kwargs: Any) -> str:
+    duplicates = duplicate_ids(output)
+    if duplicates:
+        log.warning("%s: %d ids are used more than once (each must be unique): %s",
+                    page.file.src_uri, len(duplicates), ", ".join(duplicates))
+    return output
+
+
+def doctest_blocks_as_code(text: str) -> str:
+    """``text`` with each doctest block (a paragraph that starts with ``>>>``, outside
+    code blocks) fenced as ``pycon``, its doctest directives left out."""
+    lines = text.split("\n")
+    out: list[str] = []
+    fenced = False
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if FENCE.match(line):
+            fenced = not fenced
+        elif not fenced and line.lstrip().startswith(">>>") and (not out or not out[-1].strip()):
+            indent = line[:len(line) - len(line.lstrip())]
+            out.append(f"{indent}```pycon")
+            while i < len(lines) and lines[i].strip():
+                out.append(DOCTEST_FLAG.sub(r"\g<code>", lines[i]))
+                i += 1
+            out.append(f"{indent}```")
+            continue
+        out.append(line)
+        i += 1
+    return "\n".join(out)
+
+
+def roles_as_code(text: str) -> str:
+    """``text`` with each Sphinx role as inline code of what Sphinx would show."""
+    def shown(role: re.Match[str]) -> str:
+        path = role.group("path")
+        return f"`{path.rpartition('.')[2] if role.group('tilde') else path}`"
+
+    return ROLE.sub(shown, text)
+
+
+class MarkdownDocstrings(griffe.Extension):
+    """Doctest blocks and Sphinx roles of every docstring, rendered for Markdown."""
+
+    def on_object(self, *, obj: griffe.Object, loader: griffe.GriffeLoader,
+                  **kwargs: Any) -> None:
+        if obj.docstring is not None:
+            obj.docstring.value = roles_as_code(doctest_blocks_as_code(obj.docstring.value))
