@@ -12,8 +12,7 @@ import sqlite3
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from types import SimpleNamespace
-from typing import Any, cast
+from typing import Any
 
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
@@ -31,7 +30,7 @@ from sqlalchemy.engine import URL, Dialect
 from sqlalchemy.exc import SAWarning
 from sqlalchemy.pool import NullPool
 
-from hubstore import migrations
+from hubstore import figures, migrations
 from hubstore.engine import sqlite_path
 from hubstore.errors import HubStoreError
 from hubstore.models import metadata
@@ -220,6 +219,6 @@ def figure_findings(conn: Connection) -> list[str]:
     kept = {str(n): int(v) for n, v in conn.execute(query)}
     if stats.LOG_FOLDED in kept:  # 0009: message inserts not folded yet are log rows
         kept = {str(n): int(v) for n, v in conn.execute(stats.FIGURES_WITH_LOG)}
-    plain = stats.plain_counts(cast(Any, SimpleNamespace(connection=conn)))
+    plain = figures.plain_counts_of(conn.execute(figures.PLAIN_COUNTS).mappings().one())
     return [f"figures: hub_counters says {name} = {kept.get(name)}, the rows count {value}"
             for name, value in sorted(plain.items()) if kept.get(name) != value]

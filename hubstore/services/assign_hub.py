@@ -50,13 +50,15 @@ from hubstore.services.assigns import (
     write_guarded,
 )
 from hubstore.services.base import const, resolve_now
-from hubstore.services.messages import record_message
+from hubstore.services.messages import message_row, record_message
 from hubstore.validation import json_value, lookup_key, optional_int, require_id, require_text
 
 if TYPE_CHECKING:
     from hubstore.transaction import Scope, Transaction
 
 EVENT_TOPIC = "assign.result"
+#: A supervisor event's priority is at least this (the reference's Math.max(5, priority)).
+EVENT_MIN_PRIORITY = 5
 #: The timeout sweep handles at most this many due jobs per call, as the reference does.
 SWEEP_BATCH = 100
 _jobs = table_of(AssignJob)
@@ -97,18 +99,22 @@ def job_snapshot(job: AssignJob) -> dict[str, Any]:
     return {name: getattr(job, name) for name in SNAPSHOT_FIELDS}
 
 
+def event_fields(job: AssignJob, event: str, **extra: Any) -> dict[str, Any]:
+    """The supervisor's event message about ``job``, as the reference writes it: from the
+    worker to the supervisor on EVENT_TOPIC, priority at least EVENT_MIN_PRIORITY, the
+    job's ttl, trace and correlation ids; payload {event, the job's snapshot, extra}.
+    (_finish_with_event writes the same message in SQL.)"""
+    return {"type": "event", "from_agent": job.worker_agent, "to_agent": job.supervisor_agent,
+            "topic": EVENT_TOPIC, "priority": max(EVENT_MIN_PRIORITY, job.priority),
+            "ttl_ms": job.ttl_ms, "trace_id": job.trace_id,
+            "correlation_id": job.correlation_id, "status": "queued",
+            "payload": {"event": event, **job_snapshot(job), **extra}}
+
+
 def notify_supervisor(uow: Transaction, job: AssignJob, event: str,
                       **extra: Any) -> Message:
-    """Record the event message from the worker to the supervisor.
-
-    As in the reference: payload {event, the job's snapshot, extra}, priority at least
-    5, the job's ttl, on the job's trace and correlation ids.
-    """
-    return record_message(uow,
-        type="event", from_agent=job.worker_agent, to_agent=job.supervisor_agent,
-        topic=EVENT_TOPIC, priority=max(5, job.priority), ttl_ms=job.ttl_ms,
-        trace_id=job.trace_id, correlation_id=job.correlation_id, status="queued",
-        max_depth=ENVELOPE_DEPTH, payload={"event": event, **job_snapshot(job), **extra})
+    """Record the event message (event_fields) from the worker to the supervisor."""
+    return record_message(uow, **event_fields(job, event, **extra), max_depth=ENVELOPE_DEPTH)
 
 
 def finish(uow: Transaction, job: AssignJob, target: str, patch: dict[str, Any],
@@ -198,7 +204,7 @@ def _finish_with_event(sql: SqlDialect, retryable: bool) -> Prepared:
          "status"],
         select(bindparam("m_id", type_=Text), literal_column("'event'"), d.worker_agent,
                d.supervisor_agent, literal_column(f"'{EVENT_TOPIC}'"),
-               func.greatest(5, d.priority), d.ttl_ms, NOW, NOW + d.ttl_ms,
+               func.greatest(EVENT_MIN_PRIORITY, d.priority), d.ttl_ms, NOW, NOW + d.ttl_ms,
                func.coalesce(func.nullif(d.correlation_id, ""), bindparam("m_corr")),
                func.coalesce(func.nullif(d.trace_id, ""), bindparam("m_trace")),
                _snapshot_json(done), literal_column("'queued'"))
@@ -225,14 +231,10 @@ def finish_routine(uow: Transaction, job_id: str, target: str, worker_agent: str
         return None
     announce(uow, done)
     now = values["p_now"]
-    message = from_row(Message, {
-        "id": values["m_id"], "type": "event", "from_agent": done.worker_agent,
-        "to_agent": done.supervisor_agent, "topic": EVENT_TOPIC,
-        "priority": max(5, done.priority), "ttl_ms": done.ttl_ms, "created_at_ms": now,
-        "expires_at_ms": now + done.ttl_ms,
-        "correlation_id": done.correlation_id or values["m_corr"],
-        "trace_id": done.trace_id or values["m_trace"],
-        "payload_json": {"event": "completed", **job_snapshot(done)}, "status": "queued"})
+    fields = event_fields(done, "completed")  # (what the statement wrote)
+    fields.update(correlation_id=fields["correlation_id"] or values["m_corr"],
+                  trace_id=fields["trace_id"] or values["m_trace"])
+    message = from_row(Message, message_row(values["m_id"], now, **fields))
     return AssignOutcome(done, "completed", message)
 
 

@@ -161,16 +161,24 @@ def record_message(scope: Scope, type: str, from_agent: str, to_agent: str, topi
     optional_id(correlation_id, "correlation_id")
     require_enum(status, MESSAGE_STATUSES, "status")
     with scope.one_statement() as uow:  # the INSERT (its triggers are part of it)
-        now = now_ms()
-        row = {
-            "id": uuidv7(), "type": type, "from_agent": from_agent, "to_agent": to_agent,
-            "topic": topic, "priority": priority, "ttl_ms": ttl_ms, "created_at_ms": now,
-            "expires_at_ms": now + ttl_ms, "correlation_id": correlation_id or uuidv7(),
-            "trace_id": trace_id or uuidv7(), "payload_json": body, "status": status,
-        }
+        row = message_row(uuidv7(), now_ms(), type=type, from_agent=from_agent,
+                          to_agent=to_agent, topic=topic, priority=priority, ttl_ms=ttl_ms,
+                          payload=body, trace_id=trace_id or uuidv7(),
+                          correlation_id=correlation_id or uuidv7(), status=status)
         # One INSERT, no ORM flush; the returned object is a plain (transient) row.
         _INSERT.run(uow, row)
         return from_row(Message, row)
+
+
+def message_row(id: str, now: int, *, type: str, from_agent: str, to_agent: str, topic: str,
+                priority: int, ttl_ms: int, payload: Any, trace_id: str, correlation_id: str,
+                status: str) -> dict[str, Any]:
+    """A message's row as the store writes it at ``now`` (checked values; keyed by
+    column name): it expires ``ttl_ms`` after it is created."""
+    return {"id": id, "type": type, "from_agent": from_agent, "to_agent": to_agent,
+            "topic": topic, "priority": priority, "ttl_ms": ttl_ms, "created_at_ms": now,
+            "expires_at_ms": now + ttl_ms, "correlation_id": correlation_id,
+            "trace_id": trace_id, "payload_json": payload, "status": status}
 
 
 def enqueue_message(scope: Scope, type: MessageType, from_agent: str, to_agent: str, topic: str,

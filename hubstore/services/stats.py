@@ -26,9 +26,10 @@ from sqlalchemy import (
     update,
 )
 
+from hubstore import figures
 from hubstore.dialects import SqlDialect
 from hubstore.execution import execute, scalar, scalars
-from hubstore.models import Agent, AssignJob, DeadLetter, Message, table_of
+from hubstore.models import Agent, Message, table_of
 from hubstore.services.base import const, resolve_now
 from hubstore.services.dead_letters import record_dead_letters
 from hubstore.services.human_requests import expire_human_requests
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
     from hubstore.transaction import Scope, Transaction
 
 DELIVERY_WINDOW_MS = 300_000
-URGENT_PRIORITY = 7
 
 hub_counters = table("hub_counters", column("name"), column("value"))
 _messages = table_of(Message)
@@ -53,7 +53,7 @@ _FIGURES = union_all(select(hub_counters.c.name, hub_counters.c.value), _ONLINE)
 #: SQLite (revision 0009): the message inserts are counted by their message_log rows;
 #: those after hub_counters' 'message_log_folded' seq (at most about 64, a rowid range)
 #: are not in hub_counters yet and are added here.
-LOG_FOLDED = "message_log_folded"
+LOG_FOLDED = figures.LOG_FOLDED
 _LOG_PENDING = f"""
     SELECT count(*) AS n, coalesce(sum(queue_at_insert = 1), 0) AS normal,
            coalesce(sum(queue_at_insert = 2), 0) AS urgent
@@ -61,14 +61,10 @@ _LOG_PENDING = f"""
      WHERE seq > (SELECT value FROM hub_counters WHERE name = '{LOG_FOLDED}')"""
 #: Fold every pending log row into hub_counters now (the prune's trim does, before it
 #: deletes log rows); revision 0009's trigger does the same every 64th row.
-FOLD_LOG = [text(f"""
-    UPDATE hub_counters SET value = value + (
-        SELECT CASE hub_counters.name WHEN 'messages' THEN n
-                                      WHEN 'messages_queued_normal' THEN normal
-                                      ELSE urgent END FROM ({_LOG_PENDING}))
-     WHERE name IN ('messages', 'messages_queued_normal', 'messages_queued_urgent')"""),
-    text(f"""UPDATE hub_counters SET value = coalesce((SELECT max(seq) FROM message_log), value)
-              WHERE name = '{LOG_FOLDED}'""")]
+FOLD_LOG = [text(figures.fold_log("(SELECT max(seq) FROM message_log)")),
+            text("UPDATE hub_counters SET value = "
+                 "coalesce((SELECT max(seq) FROM message_log), value) "
+                 f"WHERE name = '{LOG_FOLDED}'")]
 FIGURES_WITH_LOG = text(f"""
     SELECT name, value + CASE name WHEN 'messages' THEN p.n
                                    WHEN 'messages_queued_normal' THEN p.normal
@@ -140,20 +136,7 @@ def vacuum_deltas(engine: Engine) -> None:
 
 def plain_counts(uow: Transaction) -> dict[str, int]:
     """The same counters by counting rows (the reference's way, also the check)."""
-    queued = _messages.c.status == const("queued")
-    by_status = {str(status): int(n) for status, n in execute(uow,
-        select(AssignJob.status, func.count()).group_by(AssignJob.status))}
-    result = {
-        "messages": scalar(uow, select(func.count()).select_from(_messages)),
-        "messages_queued_urgent": scalar(uow,
-            select(func.count()).where(queued, _messages.c.priority >= URGENT_PRIORITY)),
-        "messages_queued_normal": scalar(uow,
-            select(func.count()).where(queued, _messages.c.priority < URGENT_PRIORITY)),
-        "dead_letters": scalar(uow, select(func.count()).select_from(DeadLetter)),
-    }
-    for status in ("queued", "running", "succeeded", "failed", "timed_out"):
-        result[f"assign_{status}"] = by_status.get(status, 0)
-    return {k: int(v or 0) for k, v in result.items()}
+    return figures.plain_counts_of(execute(uow, figures.PLAIN_COUNTS).mappings().one())
 
 
 def expire_queued(sql: SqlDialect, now: int) -> ReturningUpdate[str]:
