@@ -199,6 +199,11 @@ def _round_trip(folder: Path, url: URL, store_url: URL, hub_schema: str | None =
     with engine.begin() as conn:
         conn.execute(text("DELETE FROM app_projects"))  # (its foreign key would refuse)
     engine.dispose()
+    command.downgrade(app_config(folder, url), "base")  # the application only
+    assert _state(url, hub_schema) == {"app_tables": [], "app_version": [],
+                                       "hub_version": [(head,)], "hub_tables": True}
+    # the application has nothing left to undo (the recipe's connection.commit() ends
+    # what its look at alembic_version began); hubstore goes to base, committed
     command.downgrade(app_config(folder, url, "hubstore=base"), "base")
     assert _state(url, hub_schema) == {"app_tables": [], "app_version": [],
                                        "hub_version": [], "hub_tables": False}
