@@ -1,4 +1,10 @@
-"""Alembic environment: all the work is in hubstore.migrations (shared with the CLI)."""
+"""Alembic environment: all the work is in hubstore.migrations (shared with the CLI).
+
+``-x url=``, ``-x version_table=`` and ``-x schema=`` are read there (hubstore.migrations
+.env_url and env_options); hubstore's own calls pass the same through the Config's
+attributes, and an application's env.py hands its connection over the same way
+(hubstore.migrations.upgrade(connection, ...)).
+"""
 
 from logging.config import fileConfig
 
