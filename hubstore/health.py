@@ -75,13 +75,18 @@ def check(url: URL) -> list[str]:
         findings: list[str] = []
         if sqlite:
             findings += sqlite_findings(conn)
-        at, head = _revision(conn), migrations.head()
+        head = migrations.head()
+        try:
+            table, at = migrations.locate_revision(conn)
+        except HubStoreError as exc:  # UnknownSchema: a revision in two version tables
+            findings.append(f"alembic_version: {exc}")
+            return findings
         if at is None:
             findings.append(_unversioned(conn, head))
             return findings
         if at != head:
-            findings.append(f"alembic_version: the revision is {at}, the head is "
-                            f"{head} (run `hubstore db upgrade`)")
+            findings.append(f"{table or 'alembic_version'}: the revision is {at}, the head "
+                            f"is {head} (run `hubstore db upgrade`)")
             return findings  # the models describe the head's schema only
         findings += check_constraint_findings(conn)
         findings += drift_findings(conn)
@@ -101,11 +106,6 @@ def _unversioned(conn: Connection, head: str) -> str:
     version = {rev: v for v, rev in migrations.LEGACY_REVISIONS.items()}[legacy]
     return (f"alembic_version: none: a triflux schema {version} database, not adopted yet "
             f"(run `hubstore db upgrade` to adopt it as {legacy} and upgrade to {head})")
-
-
-def _revision(conn: Connection) -> str | None:
-    heads = MigrationContext.configure(conn).get_current_heads()
-    return heads[0] if heads else None
 
 
 def sqlite_findings(conn: Connection) -> list[str]:

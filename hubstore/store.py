@@ -41,6 +41,19 @@ def open_error(exc: Exception) -> HubStoreError:
     return HubStoreError(f"cannot open the store: {type(exc).__name__}: {exc}")
 
 
+def _in_schema(url: URL, schema: str, engine_options: dict[str, Any]) -> dict[str, Any]:
+    """Engine options whose connections have ``schema`` as their search path (PostgreSQL
+    only: a SQLite file has no schemas)."""
+    if url.get_backend_name() != "postgresql":
+        raise ValidationError(
+            f"schema={schema!r} is for PostgreSQL; a SQLite file has no schemas (give "
+            "hubstore a file of its own, or leave schema out)")
+    connect_args = dict(engine_options.get("connect_args") or {})
+    options = connect_args.get("options")
+    connect_args["options"] = f"{options or ''} -csearch_path={schema}".strip()
+    return {**engine_options, "connect_args": connect_args}
+
+
 class HubStore(WaitingOps, HubOperations):
     """The hub's store. Each method called here is a unit of work of its own.
 
@@ -63,7 +76,8 @@ class HubStore(WaitingOps, HubOperations):
 
     @classmethod
     def open(cls, url: str | URL | None = None, *, auto_migrate: bool = False,
-             busy_timeout_ms: int = BUSY_TIMEOUT_MS, **engine_options: Any) -> HubStore:
+             busy_timeout_ms: int = BUSY_TIMEOUT_MS, version_table: str | None = None,
+             schema: str | None = None, **engine_options: Any) -> HubStore:
         """Open the store at ``url`` (else $HUBSTORE_URL, else the embedded default).
 
         With ``auto_migrate`` the database is migrated to head first (adopting a legacy
@@ -71,13 +85,26 @@ class HubStore(WaitingOps, HubOperations):
         SchemaNotCurrent and nothing is created or changed. ``busy_timeout_ms`` bounds
         every wait for SQLite's write lock (then DatabaseBusy).
 
+        ``version_table``: where hubstore's migrations keep their revision, when it is
+        not one of the two it finds by itself (``alembic_version``,
+        ``hubstore_alembic_version``: see docs/migrations.md). ``schema`` (PostgreSQL):
+        hubstore's tables are in this schema of their own (the connections' search
+        path).
+
         Every failure is a HubStoreError: ValidationError for a bad URL or argument
         (engine options included), DatabaseUnavailable for a file or server that
         cannot be used, SchemaNotCurrent, UnknownSchema.
         """
         require_int(busy_timeout_ms, "busy_timeout_ms", minimum=0, maximum=2**31 - 1)
+        from hubstore import migrations
+
+        versions = migrations.checked_options(version_table, schema)
         try:
-            return cls._open(resolve_url(url), auto_migrate, busy_timeout_ms, engine_options)
+            resolved = resolve_url(url)
+            if schema is not None:
+                engine_options = _in_schema(resolved, schema, engine_options)
+            return cls._open(resolved, auto_migrate, busy_timeout_ms, engine_options,
+                             *versions)
         except HubStoreError:
             raise
         except Exception as exc:
@@ -85,27 +112,29 @@ class HubStore(WaitingOps, HubOperations):
 
     @classmethod
     def _open(cls, url: URL, auto_migrate: bool, busy_timeout_ms: int,
-              engine_options: dict[str, Any]) -> HubStore:
+              engine_options: dict[str, Any], version_table: str | None = None,
+              schema: str | None = None) -> HubStore:
         """The URL resolved once; one engine when the database is at head."""
         from hubstore import migrations
 
         path = sqlite_path(url)
         engine: Engine | None = None
         if path is not None:
-            at = migrations.revision_at(url)
+            at = migrations.revision_at(url, version_table=version_table)
         else:
             engine = create_hub_engine(url, busy_timeout_ms=busy_timeout_ms, **engine_options)
             try:
                 with engine.connect() as conn:
-                    at = migrations.read_revision(conn)
+                    at = migrations.read_revision(conn, version_table)
             except BaseException:
                 engine.dispose()
                 raise
         if at != migrations.head():
             try:
                 if not auto_migrate:
-                    migrations.require_current(url, at=at)
-                migrations.upgrade(url)
+                    migrations.require_current(url, at=at, version_table=version_table,
+                                               schema=schema)
+                migrations.upgrade(url, version_table=version_table, schema=schema)
             except SchemaNotCurrent:
                 if engine is not None:
                     engine.dispose()

@@ -344,3 +344,44 @@ def test_the_sql_script_names_the_version_table_and_schema(
     assert f"CREATE TABLE {HUB} (" in script
     assert f"INSERT INTO {HUB} (version_num) VALUES ('0001')" in script
     assert "alembic_version" not in script.replace(HUB, "")
+
+
+def test_a_store_opens_on_its_own_version_table_beside_an_application(
+        empty_url: URL, engine: Engine) -> None:
+    an_application(engine)
+    with HubStore.open(empty_url, auto_migrate=True, version_table="hub_rev") as store:
+        store.register_agent("a1", "codex")
+    assert versions(engine) == {DEFAULT: ["ae1027a6acf"], "hub_rev": [migrations.head()]}
+    with pytest.raises(SchemaNotCurrent):  # not told where: the app's table is not hubstore's
+        HubStore.open(empty_url)
+    with HubStore.open(empty_url, version_table="hub_rev") as store:
+        found = store.get_agent("a1")
+        assert found is not None and found.cli == "codex"
+
+
+def test_db_check_finds_the_revision_in_hubstores_own_table(
+        empty_url: URL, engine: Engine) -> None:
+    from hubstore import health
+
+    an_application(engine)
+    with HubStore.open(empty_url, auto_migrate=True) as store:  # beside the app's Alembic
+        store.register_agent("a1", "codex")
+    assert versions(engine) == {DEFAULT: ["ae1027a6acf"], HUB: [migrations.head()]}
+    assert health.check(empty_url) == []
+
+
+def test_a_store_in_a_schema_of_its_own(backend: str, empty_url: URL, engine: Engine) -> None:
+    if backend == "sqlite":
+        with pytest.raises(ValidationError, match="schema"):
+            HubStore.open(empty_url, schema="hub", auto_migrate=True)
+        assert not Path(str(empty_url.database)).exists()  # nothing was created
+        return
+    with HubStore.open(empty_url, schema="hub", auto_migrate=True) as store:
+        store.register_agent("a1", "codex")
+        job = store.assign_async("lead", "a1", task="t")
+    with engine.connect() as conn:
+        assert "agents" not in inspect(conn).get_table_names()  # not in public
+        assert "agents" in inspect(conn).get_table_names(schema="hub")
+    with HubStore.open(empty_url, schema="hub") as store:
+        claimed = store.claim_next_assign("a1")
+        assert claimed is not None and claimed.job_id == job.job_id
