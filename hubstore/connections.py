@@ -22,7 +22,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
-from hubstore import forks, sqlite
+from hubstore import execution, forks, sqlite
 from hubstore.urls import sqlite_path
 
 #: Connection.info key (PostgreSQL): the psycopg setting acquire changed, and its value
@@ -144,7 +144,7 @@ class ConnectionSource:
         IMMEDIATE: such reads keep the reading connection.
         """
         conn = kept.conns[0]
-        if conn is None or kept.busy[0] or conn.closed or not sqlite.unwatched(conn):
+        if conn is None or kept.busy[0] or conn.closed or not execution.unwatched(conn):
             return None
         kept.busy[0] = True
         return conn

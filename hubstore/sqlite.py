@@ -88,26 +88,6 @@ def begin_statement(write: bool) -> str:
     return "BEGIN IMMEDIATE" if write else "BEGIN DEFERRED"
 
 
-def unwatched(conn: Connection) -> bool:
-    """True when no event listener of the engine (or of the Engine class) but hubstore's
-    own BEGIN watches transactions or statements, and echo is off: a unit of work may
-    then begin and commit on the driver, unseen by SQLAlchemy's execution layer.
-
-    Read from the engine's own listener collections, where echo, OpenTelemetry and
-    Sentry attach theirs: about 1 us, where the connection's joined dispatcher, which
-    builds an object for each event name read, took 4 to 12 us of a 50 us heartbeat.
-    """
-    events = conn.engine.dispatch
-    return not (conn._echo or events.before_cursor_execute or events.after_cursor_execute
-                or events.commit or events.rollback or len(events.begin) > 1)
-
-
-def statements_watched(conn: Connection) -> bool:
-    """Whether a listener of the engine (or echo) watches statements (as unwatched)."""
-    events = conn.engine.dispatch
-    return bool(conn._echo or events.before_cursor_execute or events.after_cursor_execute)
-
-
 def set_query_only(conn: Connection, on: bool) -> None:
     """Make the connection refuse writes (SQLite's ``query_only``), or allow them again."""
     conn.connection.driver_connection.execute(  # type: ignore[union-attr]

@@ -38,7 +38,7 @@ from sqlalchemy import Connection, inspect, select
 from sqlalchemy.engine import RootTransaction
 from sqlalchemy.orm import Session
 
-from hubstore import sqlite
+from hubstore import execution, sqlite
 from hubstore.db_errors import failed_statement, translate
 from hubstore.dialects import SqlDialect
 from hubstore.errors import HubStoreError, ReadOnlyUnitOfWork
@@ -109,7 +109,7 @@ class Transaction:
                 self.write, autocommit=self._autocommit and (
                     not source.is_sqlite or not self.write))
             try:
-                if source.is_sqlite and sqlite.unwatched(conn):
+                if source.is_sqlite and execution.unwatched(conn):
                     self._watched = False
                     raw: Any = conn.connection.driver_connection
                     if not self._autocommit:
@@ -344,7 +344,7 @@ class Transaction:
         once per unit of work (a listener added meanwhile counts from the next one)."""
         watched = self._watched
         if watched is None:
-            watched = self._watched = sqlite.statements_watched(self._conn)
+            watched = self._watched = execution.statements_watched(self._conn)
         return watched
 
     @property

@@ -89,7 +89,7 @@ def test_services_and_the_transaction_never_test_the_dialects_name() -> None:
 #: SQLAlchemy's private API that hubstore uses: allowed in hubstore/execution.py only.
 PRIVATE_SQLALCHEMY = re.compile(
     r"\b(_result_columns|_handle_dbapi_exception|InstanceState|DEFAULT_STATE_ATTR|"
-    r"sqlalchemy\.orm\.base)\b")
+    r"sqlalchemy\.orm\.base)\b|\._echo\b")
 
 
 def test_sqlalchemys_private_api_is_used_in_the_execution_module_only() -> None:
