@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -56,9 +57,20 @@ WAL_AUTOCHECKPOINT = 10_000
 PAGE_SIZE = 1024
 
 
+#: The engines configure_engine has set up (an application's own engine given to
+#: HubStore is set up on first use).
+_CONFIGURED: weakref.WeakSet[Engine] = weakref.WeakSet()
+
+
+def is_configured(engine: Engine) -> bool:
+    """Whether configure_engine set ``engine`` up."""
+    return engine in _CONFIGURED
+
+
 def configure_engine(engine: Engine, *, wal: bool, foreign_keys: bool,
                      busy_timeout_ms: int, query_only: bool = False) -> None:
     """Connection pragmas, and the one place a SQLite transaction begins."""
+    _CONFIGURED.add(engine)
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_conn: Any, _record: Any) -> None:

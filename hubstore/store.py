@@ -8,9 +8,11 @@ from contextvars import ContextVar
 from types import TracebackType
 from typing import Any, cast
 
-from sqlalchemy import Engine
+from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL
+from sqlalchemy.orm import Session
 
+from hubstore import sqlite
 from hubstore.connections import ConnectionSource
 from hubstore.database import AssignListener, Database, Features, OpenUnitOfWork
 from hubstore.db_errors import translate
@@ -24,7 +26,7 @@ from hubstore.errors import (
 )
 from hubstore.operations import HubOperations
 from hubstore.services.waiting import WaitingOps
-from hubstore.uow import UnitOfWork
+from hubstore.uow import JoinedUnitOfWork, UnitOfWork
 from hubstore.urls import resolve_url, sqlite_path
 from hubstore.validation import require_int
 
@@ -63,6 +65,14 @@ class HubStore(WaitingOps, HubOperations):
     """
 
     def __init__(self, engine: Engine, *, busy_timeout_ms: int = BUSY_TIMEOUT_MS) -> None:
+        """A store on ``engine`` (at head: HubStore.open checks and migrates; this does
+        not). An application's own SQLite engine gets hubstore's set-up here (WAL,
+        foreign keys, busy timeout, writes that begin IMMEDIATE), and its pooled
+        connections are closed so that every new one has it."""
+        if engine.dialect.name == "sqlite" and not sqlite.is_configured(engine):
+            sqlite.configure_engine(engine, wal=True, foreign_keys=True,
+                                    busy_timeout_ms=busy_timeout_ms)
+            engine.dispose()
         #: What units of work run against (engine, connections, listeners, ...).
         self.db = db = Database(engine, busy_timeout_ms=busy_timeout_ms)
         self.engine: Engine = engine
@@ -143,15 +153,26 @@ class HubStore(WaitingOps, HubOperations):
             engine = create_hub_engine(url, busy_timeout_ms=busy_timeout_ms, **engine_options)
         return cls(engine, busy_timeout_ms=busy_timeout_ms)
 
-    def unit_of_work(self, write: bool = True) -> AbstractContextManager[UnitOfWork]:
+    def unit_of_work(self, write: bool = True, *, join: Session | Connection | None = None
+                     ) -> AbstractContextManager[UnitOfWork]:
         """A unit of work: one transaction, one Session (see :class:`UnitOfWork`).
 
         While one is open in this thread or task, this joins it instead: as a SAVEPOINT
         when ``write``, so that an exception inside rolls back this block only.
+
+        ``join``: the application's own Session (or Connection) on this database: the
+        unit of work runs in the application's transaction, which commits or rolls back
+        the hub's writes with its own (see docs/concurrency.md).
         """
         current = self.current_uow.get()
         if current is not None:
+            if join is not None and getattr(current, "joined", None) is not join:
+                raise ValidationError(
+                    "join: a unit of work of this store is open in this thread already; "
+                    "call the store inside it (it joins), or join before opening it")
             return cast(AbstractContextManager[UnitOfWork], current.savepoint(write))
+        if join is not None:
+            return JoinedUnitOfWork(self.db, join, write=write)
         return UnitOfWork(self.db, write=write)
 
     def one_statement(self) -> AbstractContextManager[UnitOfWork]:

@@ -34,14 +34,15 @@ from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Protocol, Self, TypeVar
 
-from sqlalchemy import Connection, inspect, select
-from sqlalchemy.engine import RootTransaction
+from sqlalchemy import Connection, event, inspect, select
+from sqlalchemy.engine import URL, RootTransaction
 from sqlalchemy.orm import Session
 
 from hubstore import execution, sqlite
 from hubstore.db_errors import failed_statement, translate
 from hubstore.dialects import SqlDialect
-from hubstore.errors import HubStoreError, ReadOnlyUnitOfWork
+from hubstore.errors import HubStoreError, ReadOnlyUnitOfWork, ValidationError
+from hubstore.urls import sqlite_path
 
 if TYPE_CHECKING:
     from hubstore.database import Database
@@ -382,6 +383,104 @@ class Transaction:
             except Exception:
                 log.exception("after-commit action %r failed", action)
 
+
+
+class JoinedTransaction(Transaction):
+    """A unit of work inside an application's own transaction: its Session's (or its
+    Connection's), on the same database. Nothing commits or rolls back here: the
+    application's commit commits the hub's writes with its own, its rollback undoes
+    both, and the assign status listeners run after the application's commit (never
+    after its rollback). Store calls made inside join it as usual (savepoints).
+
+    The application's transaction is its own: on SQLite it begins as the application's
+    engine begins it (hubstore's engines begin writes IMMEDIATE; an application's
+    engine given to HubStore gets that set-up too), and hubstore's writers' lock is not
+    taken. A failed hub call leaves the application's transaction to the application
+    (on PostgreSQL it can then only roll back).
+    """
+
+    def __init__(self, db: Database, joined: Connection | Session, *, write: bool = True
+                 ) -> None:
+        super().__init__(db, write=write)
+        #: The application's Session or Connection this unit of work runs in.
+        self.joined = joined
+
+    def __enter__(self) -> Self:
+        if self._entered:
+            raise RuntimeError("a unit of work can be entered only once")
+        self._entered = True
+        joined = self.joined
+        try:
+            if isinstance(joined, Session):
+                self._conn = joined.connection()
+                self._session = joined  # uow.session is the application's
+            elif isinstance(joined, Connection):
+                self._conn = joined
+                if not joined.in_transaction():
+                    joined.begin()  # (autobegin, as the application's next statement)
+            else:
+                raise ValidationError(
+                    f"join takes the application's Session or Connection, "
+                    f"not {type(joined).__name__}")
+        except HubStoreError:
+            raise
+        except BaseException as exc:
+            raise self._translated(exc) from exc
+        if not same_database(self._conn.engine.url, self.db.url):
+            raise ValidationError(
+                f"join: the application's transaction is on {self._conn.engine.url!r}, "
+                f"not on this store's database {self.db.url!r}")
+        self._frames.append(self.write)
+        self._token = self.db.current_uow.set(self)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.db.current_uow.reset(self._token)
+        self._frames.clear()
+        if exc is None:
+            self._after_application_commit()
+            return
+        translated = self._translated(exc)
+        if translated is not exc:
+            raise translated from exc
+
+    def _after_application_commit(self) -> None:
+        """Hand the after-commit actions to the application's transaction: they run
+        once it commits, and are dropped if it rolls back."""
+        actions, self._after_commit = self._after_commit, []
+        if not actions:
+            return
+        target: Any = self.joined
+        commit, rollback = (("after_commit", "after_rollback")
+                            if isinstance(target, Session) else ("commit", "rollback"))
+
+        pending = [actions]  # (emptied by whichever of the two comes first)
+
+        def committed(*_: Any) -> None:
+            if pending:
+                self._after_commit = pending.pop()
+                self._publish()
+
+        def rolled_back(*_: Any) -> None:
+            pending.clear()
+
+        # once: each listener leaves after its first call (the other one then finds
+        # nothing pending); a listener cannot be removed while its event runs.
+        event.listen(target, commit, committed, once=True)
+        event.listen(target, rollback, rolled_back, once=True)
+
+
+def same_database(a: URL, b: URL) -> bool:
+    """Whether two URLs name one database (SQLite: one file; else host, port, name)."""
+    if a.get_backend_name() != b.get_backend_name():
+        return False
+    if a.get_backend_name() == "sqlite":
+        first, second = sqlite_path(a), sqlite_path(b)
+        return first is not None and second is not None and (
+            first.resolve() == second.resolve())
+    return ((a.host or "localhost", a.port or 5432, a.database)
+            == (b.host or "localhost", b.port or 5432, b.database))
 
 def _reload_expired(session: Session) -> None:
     """Load again, in the committing transaction, the objects that the store's writes

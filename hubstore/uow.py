@@ -10,11 +10,16 @@ inside that one transaction.
 from __future__ import annotations
 
 from hubstore.operations import HubOperations
-from hubstore.transaction import Transaction
+from hubstore.transaction import JoinedTransaction, Transaction
 
 
 class UnitOfWork(Transaction, HubOperations):
     """One connection, one transaction, a Session on them, and every store method run
     in that transaction (see :mod:`hubstore.transaction` for the transaction's rules)."""
 
-__all__ = ["UnitOfWork"]
+
+class JoinedUnitOfWork(JoinedTransaction, UnitOfWork):
+    """A unit of work inside the application's own transaction
+    (``store.unit_of_work(join=session)``; see JoinedTransaction)."""
+
+__all__ = ["JoinedUnitOfWork", "UnitOfWork"]
