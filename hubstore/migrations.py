@@ -31,7 +31,7 @@ import alembic.context
 import alembic.op
 from alembic.autogenerate.api import AutogenContext
 from alembic.config import Config
-from alembic.runtime.environment import EnvironmentContext
+from alembic.runtime.environment import EnvironmentContext, NameFilterParentNames, NameFilterType
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
@@ -570,8 +570,8 @@ HUBSTORE_TABLES = frozenset(metadata.tables) | (MIGRATION_OWNED - {
     "ix_reflexion_project_slug", "queue_at_insert"})
 
 
-def include_app_name(name: str | None, type_: str,
-                     parent_names: Mapping[str, str | None]) -> bool:
+def include_app_name(name: str | None, type_: NameFilterType,
+                     parent_names: NameFilterParentNames) -> bool:
     """For an application's own env.py in a database hubstore shares: an ``include_name``
     that keeps autogenerate from reflecting hubstore's tables at all (see
     :func:`include_app_object`, which filters what is compared)."""

@@ -101,10 +101,10 @@ def idle(store: HubStore, what: str, seconds: str) -> dict[str, Any]:
     looks = 0
     original = store.unit_of_work
 
-    def counting(write: bool = True) -> Any:
+    def counting(write: bool = True, **options: Any) -> Any:
         nonlocal looks
         looks += 1
-        return original(write)
+        return original(write, **options)
 
     store.unit_of_work = counting  # type: ignore[method-assign]
     feed = store.message_feed("idle-agent")
