@@ -20,7 +20,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
-from hubstore.errors import ValidationError
+from hubstore.errors import ValidationError, describe
 
 #: The scanner json.loads itself ends in (value, end index).
 _scan_once: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
@@ -46,7 +46,7 @@ def _path(where: Any) -> str:
     parts: list[str] = []
     while isinstance(where, tuple):
         where, key = where
-        parts.append(f"[{key!r}]")
+        parts.append(f"[{describe(key, 40)}]")
     return str(where) + "".join(reversed(parts))
 
 
@@ -85,8 +85,8 @@ def _walk(value: Any, what: str, max_depth: int) -> bool:
             continue
         elif kind is int:
             if not INT64_MIN <= item <= INT64_MAX:
-                raise ValidationError(
-                    f"{_path(where)} is {item}, outside the 64-bit integers hubstore stores")
+                raise ValidationError(f"{_path(where)} is {describe(item)}, outside the "
+                                      "64-bit integers hubstore stores")
         elif kind is float:
             if not -_BIG_FLOAT < item < _BIG_FLOAT:
                 if not math.isfinite(item):
@@ -102,7 +102,7 @@ def _walk(value: Any, what: str, max_depth: int) -> bool:
                 for key, v in item.items():
                     if type(key) is not str:
                         raise ValidationError(
-                            f"{_path(where)} has the key {key!r} ({type(key).__name__}); "
+                            f"{_path(where)} has the key {describe(key)} ({type(key).__name__}); "
                             "JSON object keys must be strings")
                     if "\x00" in key or not key.isascii():
                         problem = text_problem(key)

@@ -9,7 +9,7 @@ from platformdirs import user_data_dir
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
-from hubstore.errors import DatabaseUnavailable, ValidationError
+from hubstore.errors import DatabaseUnavailable, ValidationError, describe
 from hubstore.validation import require_str
 
 ENV_URL = "HUBSTORE_URL"
@@ -40,6 +40,9 @@ def resolve_url(url: str | URL | None = None) -> URL:
         raise ValidationError(f"the database URL is empty; hubstore supports {SUPPORTED_FORMS}")
     if isinstance(raw, str):
         require_str(raw, "the database URL")  # no U+0000, no lone surrogate
+    elif not isinstance(raw, URL):  # (make_url's own message would repr it whole)
+        raise ValidationError(f"the database URL must be a string or an sqlalchemy URL, "
+                              f"got {type(raw).__name__} {describe(raw)}")
     try:
         parsed = make_url(raw)
     except (ArgumentError, ValueError, TypeError) as exc:
