@@ -26,7 +26,7 @@ from hubstore.services.waiting import WaitingOps
 from hubstore.types import AssignEvent
 from hubstore.uow import UnitOfWork
 from hubstore.urls import resolve_url, sqlite_path
-from hubstore.validation import require_int
+from hubstore.validation import require_callable, require_int
 
 if TYPE_CHECKING:
     from hubstore.models import AssignJob
@@ -176,6 +176,7 @@ class HubStore(WaitingOps, HubOperations):
 
         Returns a function that unsubscribes it.
         """
+        require_callable(listener, "listener")
         self.assign_listeners.append(listener)
 
         def unsubscribe() -> None:

@@ -78,6 +78,28 @@ def require_text(value: object, what: str) -> str:
     return require_str(value, what)
 
 
+def require_callable(value: object, what: str) -> None:
+    """A function (or any callable): refused up front rather than failing when called."""
+    if not callable(value):
+        raise ValidationError(f"{what} must be callable, got {type(value).__name__} "
+                              f"{describe(value)}")
+
+
+def optional_listen_url(value: object, what: str = "listen_url") -> object:
+    """None, a bool or a URL (an sqlalchemy URL or a string), as ``listen_url`` takes."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return require_str(value, what)
+    from sqlalchemy.engine import URL
+
+    if not isinstance(value, URL):
+        raise ValidationError(f"{what} must be a URL (a string or an sqlalchemy URL), "
+                              f"True, False or None; got {type(value).__name__} "
+                              f"{describe(value)}")
+    return value
+
+
 def require_enum(value: object, allowed: Iterable[str], what: str) -> str:
     """One of the allowed strings."""
     choices = tuple(allowed)

@@ -24,7 +24,7 @@ from sqlalchemy import Integer, bindparam, delete, func, select
 from hubstore.models import DeadLetter, Message, MessageInbox, MessageLog, table_of
 from hubstore.services.base import Operations, resolve_now
 from hubstore.services.stats import FOLD_LOG, LOG_FOLDED, hub_counters
-from hubstore.validation import require_int
+from hubstore.validation import require_callable, require_int
 
 PRIORITIES = range(1, 10)  # the CHECK constraint of messages.priority
 #: Bound values per IN list (well under SQLite's limit, whatever the batch size).
@@ -78,6 +78,8 @@ class RetentionOps(Operations):
         """
         require_int(older_than_ms, "older_than_ms", minimum=0)
         require_int(batch_size, "batch_size", minimum=1)
+        if progress is not None:
+            require_callable(progress, "progress")
         before = resolve_now(now_ms) - older_than_ms
         deleted = 0
         for priority in PRIORITIES:

@@ -173,6 +173,7 @@ class MessageFeed:
 
     def read(self, max_messages: int) -> FeedBatch:
         """One look at the tables from the current position (the position stays)."""
+        max_messages = check_batch(max_messages)
         with self.store.unit_of_work(write=False) as uow:
             return read_feed(uow, self.agent_id, self.include_topics, self.position,
                              max_messages)
