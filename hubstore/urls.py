@@ -61,10 +61,17 @@ def resolve_url(url: str | URL | None = None) -> URL:
         try:
             import psycopg  # noqa: F401  (the engine imports it next anyway)
         except ImportError as exc:
+            shown = _hide_password(parsed.render_as_string())
+            if isinstance(exc, ModuleNotFoundError) and exc.name == "psycopg":
+                raise DatabaseUnavailable(
+                    f"{shown} is a PostgreSQL URL, and its driver, psycopg 3, is not "
+                    'installed: pip install "hubstore[postgres]"') from exc
+            # Installed without a libpq it can load ("no pq wrapper available").
             raise DatabaseUnavailable(
-                f"{_hide_password(parsed.render_as_string())} is a PostgreSQL URL, and its "
-                'driver, psycopg 3, is not installed: pip install "hubstore[postgres]"'
-            ) from exc
+                f"{shown} is a PostgreSQL URL, and its driver, psycopg 3, cannot be "
+                f"imported ({' '.join(str(exc).split())[:300]}); it needs libpq: "
+                'pip install "psycopg[binary]" (a wheel that carries libpq), or '
+                '"psycopg[c]", or install the system\'s libpq') from exc
         return parsed.set(drivername="postgresql+psycopg")
     database = parsed.database or ""
     if database in ("", ":memory:") or "mode=memory" in database \
