@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Unpack, get_args, get_origin, get_type_hints
 
@@ -244,6 +244,25 @@ def test_describe_shows_any_value_briefly_and_never_raises() -> None:
     assert describe("x" * 10_000) == "'" + "x" * 27 + "..." + "x" * 28 + "'"  # head, tail
     assert describe(["a", 1, None]) == "['a', 1, None]"  # as repr() where it is short
     assert describe(set(range(100_000))) == "{0, 1, 2, 3, 4, 5, 6, 7, ...}"
+
+
+@pytest.mark.parametrize("call", [
+    lambda s, key: s.find_reflexion("p", context={key: 1}),
+    lambda s, key: s.find_reflexion_exact("p", context={key: 1}),
+    lambda s, key: s.add_reflexion("p", "m", "s", context={key: 1}),
+    lambda s, key: s.register_agent("a1", "codex", metadata={key: 1}),
+    lambda s, key: s.audit_log("event", "a1", "a1", "t", payload={"k": {key: 1}}),
+], ids=["find_reflexion", "find_reflexion_exact", "add_reflexion", "register_agent",
+        "audit_log"])
+def test_a_deeply_nested_tuple_as_a_dict_key_is_refused(
+        store: HubStore, call: Callable[[HubStore, Any], Any]) -> None:
+    key: tuple[Any, ...] = ()
+    for _ in range(DEPTH):
+        key = (key,)
+    before = snapshot(store)
+    with pytest.raises(ValidationError, match="nested 5,001 levels deep"):
+        call(store, key)
+    assert snapshot(store) == before
 
 
 def outcome(target: Any, case: Case) -> tuple[Any, Exception | None]:

@@ -29,7 +29,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
-from hubstore.errors import ValidationError
+from hubstore.errors import ValidationError, describe
 from hubstore.ids import now_ms, uuidv7
 from hubstore.jsontype import dumps
 from hubstore.models import REFLEXION_TYPES, ReflexionEntry, table_of
@@ -90,7 +90,7 @@ def check_context_filter(context: object) -> dict[str, Any]:
         raise ValidationError(f"context must be a dict, got {type(context).__name__}")
     for key, value in context.items():
         if not isinstance(key, str):
-            raise ValidationError(f"context keys must be strings, got {key!r}")
+            raise ValidationError(f"context keys must be strings, got {describe(key)}")
         require_str(key, "a context key")
         if value is not None and not isinstance(value, str | int | float):
             raise ValidationError(
