@@ -2,11 +2,18 @@
 
 SQLite is the embedded default; PostgreSQL (psycopg 3) serves hubs that outgrow one
 machine. See README.md and the docs/ folder.
+
+``import hubstore`` is cheap: it loads the error classes only. The names below that need
+SQLAlchemy (HubStore, UnitOfWork...) are imported on first use (PEP 562), and so is
+``__version__`` (importlib.metadata is slow to import); ``from hubstore import HubStore``
+pays for SQLAlchemy then. See benchmarks/bench_import.py.
 """
 
+from __future__ import annotations
+
 import logging
-from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as _installed_version
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 from hubstore.errors import (
     AssignNotFound,
@@ -23,19 +30,54 @@ from hubstore.errors import (
     ValidationError,
     WorkerMismatch,
 )
-from hubstore.ids import uuidv7
-from hubstore.results import AssignOutcome, Lease, LookupResult
-from hubstore.store import HubStore
-from hubstore.uow import UnitOfWork
+
+if TYPE_CHECKING:
+    from hubstore.ids import uuidv7
+    from hubstore.results import AssignOutcome, Lease, LookupResult
+    from hubstore.store import HubStore
+    from hubstore.uow import UnitOfWork
+
+    #: The installed distribution's version (pyproject.toml's ``version``).
+    __version__: str
 
 # A library logs through its logger and leaves the handlers to the application.
 logging.getLogger("hubstore").addHandler(logging.NullHandler())
 
-try:
-    #: The installed distribution's version (pyproject.toml's ``version``).
-    __version__: str = _installed_version("hubstore")
-except PackageNotFoundError:  # pragma: no cover - imported from a bare source tree
-    __version__ = "0+unknown"
+#: The public names imported on first use: name -> the module that defines it.
+_LAZY = {
+    "AssignOutcome": "hubstore.results",
+    "HubStore": "hubstore.store",
+    "Lease": "hubstore.results",
+    "LookupResult": "hubstore.results",
+    "UnitOfWork": "hubstore.uow",
+    "uuidv7": "hubstore.ids",
+}
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("hubstore")
+    except PackageNotFoundError:  # pragma: no cover - imported from a bare source tree
+        return "0+unknown"
+
+
+def __getattr__(name: str) -> Any:
+    """The lazily imported names (PEP 562); each is kept as an attribute once read."""
+    if name == "__version__":
+        value: Any = _version()
+    elif name in _LAZY:
+        value = getattr(import_module(_LAZY[name]), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY, "__version__"})
+
 
 __all__ = [
     "AssignNotFound",

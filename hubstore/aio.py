@@ -58,7 +58,7 @@ from hubstore.services.waiting import (
 )
 from hubstore.store import HubStore
 from hubstore.types import AssignEvent
-from hubstore.validation import require_id
+from hubstore.validation import optional_listen_url, require_callable, require_id, require_int
 
 if TYPE_CHECKING:
     from hubstore.operations import HubOperations
@@ -233,6 +233,8 @@ class AsyncHubStore(AsyncOperations):
         ``lanes`` bounds the threads doing the store's work; ``listen_url`` is
         :attr:`HubStore.listen_url` (a direct URL for LISTEN behind PgBouncer).
         """
+        lanes = None if lanes is None else require_int(lanes, "lanes", minimum=0)
+        optional_listen_url(listen_url)
         store = await asyncio.to_thread(HubStore.open, url, auto_migrate=auto_migrate,
                                         busy_timeout_ms=busy_timeout_ms, **engine_options)
         if listen_url is not None:
@@ -274,6 +276,7 @@ class AsyncHubStore(AsyncOperations):
 
     async def run_sync(self, fn: Callable[[HubStore], _T]) -> _T:
         """``fn(store)`` with the sync store, on a lane (for what has no coroutine)."""
+        require_callable(fn, "fn")
         return await self._call(fn, self.sync)
 
     # -- units of work ---------------------------------------------------------------
@@ -292,6 +295,7 @@ class AsyncHubStore(AsyncOperations):
         """Call ``listener(event, job)`` on the event loop after each committed assign
         status change (a coroutine function runs as a task). Returns the function that
         unsubscribes it."""
+        require_callable(listener, "listener")
         try:  # the loop subscribing, else the one the store was opened on
             loop = asyncio.get_running_loop()
         except RuntimeError:

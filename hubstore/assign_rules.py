@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
-from hubstore.errors import IllegalTransition, ValidationError
+from hubstore.errors import IllegalTransition, ValidationError, describe
 from hubstore.types import AssignEvent
 from hubstore.validation import clamp, counter
 
@@ -125,7 +125,7 @@ def normalize_status(status: object, metadata: object = None) -> str:
     (failed) or timed_out/timeout (timed_out).
     """
     if not isinstance(status, str):
-        raise ValidationError(f"status must be a string, got {status!r}")
+        raise ValidationError(f"status must be a string, got {describe(status)}")
     key = status.strip().lower()
     if key == "completed":
         tag = result_tag(metadata)
@@ -138,7 +138,7 @@ def normalize_status(status: object, metadata: object = None) -> str:
     if key not in _REPORTABLE:
         raise ValidationError(
             f"reported status must be one of running, succeeded, failed, timed_out "
-            f"(or in_progress, timeout, error, success, completed); got {status!r}")
+            f"(or in_progress, timeout, error, success, completed); got {describe(status)}")
     return key
 
 

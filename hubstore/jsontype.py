@@ -15,16 +15,13 @@ from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy import Text
-from sqlalchemy.dialects import sqlite
-from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator, TypeEngine
 
-from hubstore.errors import ValidationError
+from hubstore.errors import ValidationError, describe
 
 #: The scanner json.loads itself ends in (value, end index).
 _scan_once: Callable[[str, int], tuple[Any, int]] = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
-_SQLITE: Dialect = sqlite.dialect()
 _encoder = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 
 #: How deeply arrays and objects may nest in a value given to hubstore (a scalar is at
@@ -46,7 +43,7 @@ def _path(where: Any) -> str:
     parts: list[str] = []
     while isinstance(where, tuple):
         where, key = where
-        parts.append(f"[{key!r}]")
+        parts.append(f"[{describe(key, 40)}]")
     return str(where) + "".join(reversed(parts))
 
 
@@ -85,8 +82,8 @@ def _walk(value: Any, what: str, max_depth: int) -> bool:
             continue
         elif kind is int:
             if not INT64_MIN <= item <= INT64_MAX:
-                raise ValidationError(
-                    f"{_path(where)} is {item}, outside the 64-bit integers hubstore stores")
+                raise ValidationError(f"{_path(where)} is {describe(item)}, outside the "
+                                      "64-bit integers hubstore stores")
         elif kind is float:
             if not -_BIG_FLOAT < item < _BIG_FLOAT:
                 if not math.isfinite(item):
@@ -102,7 +99,7 @@ def _walk(value: Any, what: str, max_depth: int) -> bool:
                 for key, v in item.items():
                     if type(key) is not str:
                         raise ValidationError(
-                            f"{_path(where)} has the key {key!r} ({type(key).__name__}); "
+                            f"{_path(where)} has the key {describe(key)} ({type(key).__name__}); "
                             "JSON object keys must be strings")
                     if "\x00" in key or not key.isascii():
                         problem = text_problem(key)
@@ -172,6 +169,9 @@ class JSONText(TypeDecorator[Any]):
 
     def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
         if dialect.name == "postgresql":
+            # (imported here: a SQLite-only process need not load the PostgreSQL dialect)
+            from sqlalchemy.dialects.postgresql import JSONB
+
             return dialect.type_descriptor(JSONB(none_as_null=True))
         return dialect.type_descriptor(Text())
 
@@ -188,6 +188,10 @@ class JSONText(TypeDecorator[Any]):
     def process_result_value(self, value: Any, dialect: Dialect) -> Any:
         if value is None or dialect.name == "postgresql":
             return value
+        return self._parse(value)
+
+    def _parse(self, value: Any) -> Any:
+        """The JSON text read on SQLite (the fallback's value if it is not JSON)."""
         try:
             return json.loads(value)
         except (TypeError, ValueError, RecursionError):
@@ -200,9 +204,9 @@ class JSONText(TypeDecorator[Any]):
         """process_result_value on SQLite, for the hot read paths: the standard decoder's
         scanner called directly (json.loads adds a few checks around it); any text it
         does not take whole (whitespace around it, an error) goes through
-        process_result_value, so the values read are the same."""
+        process_result_value's parsing, so the values read are the same."""
         scan = _scan_once
-        slow = self.process_result_value
+        slow = self._parse
 
         def read(value: Any) -> Any:
             if value is None:
@@ -210,7 +214,7 @@ class JSONText(TypeDecorator[Any]):
             try:
                 result, end = scan(value, 0)
             except Exception:  # StopIteration, JSONDecodeError, TypeError, RecursionError
-                return slow(value, _SQLITE)
-            return result if end == len(value) else slow(value, _SQLITE)
+                return slow(value)
+            return result if end == len(value) else slow(value)
 
         return read

@@ -191,13 +191,13 @@ def recalc_confidence(entry: object) -> float:
 def _count(value: object, what: str) -> float:
     """A count for recalc_confidence as a float (None is 0); ValidationError for
     anything that is not a number (a string, a list...)."""
-    from hubstore.errors import ValidationError
+    from hubstore.errors import ValidationError, describe
 
     if value is None:
         return 0.0
     if not isinstance(value, int | float):
         raise ValidationError(f"{what} must be a number, got {type(value).__name__} "
-                              f"{value!r:.80}")
+                              f"{describe(value)}")
     try:
         return float(value)
     except OverflowError:

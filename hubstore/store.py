@@ -28,7 +28,7 @@ from hubstore.operations import HubOperations
 from hubstore.services.waiting import WaitingOps
 from hubstore.uow import JoinedUnitOfWork, UnitOfWork
 from hubstore.urls import resolve_url, sqlite_path
-from hubstore.validation import require_int
+from hubstore.validation import require_callable, require_int
 
 
 def open_error(exc: Exception) -> HubStoreError:
@@ -203,6 +203,7 @@ class HubStore(WaitingOps, HubOperations):
 
         Returns a function that unsubscribes it.
         """
+        require_callable(listener, "listener")
         self.assign_listeners.append(listener)
 
         def unsubscribe() -> None:

@@ -9,7 +9,7 @@ from platformdirs import user_data_dir
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
-from hubstore.errors import DatabaseUnavailable, ValidationError
+from hubstore.errors import DatabaseUnavailable, ValidationError, describe
 from hubstore.validation import require_str
 
 ENV_URL = "HUBSTORE_URL"
@@ -40,6 +40,9 @@ def resolve_url(url: str | URL | None = None) -> URL:
         raise ValidationError(f"the database URL is empty; hubstore supports {SUPPORTED_FORMS}")
     if isinstance(raw, str):
         require_str(raw, "the database URL")  # no U+0000, no lone surrogate
+    elif not isinstance(raw, URL):  # (make_url's own message would repr it whole)
+        raise ValidationError(f"the database URL must be a string or an sqlalchemy URL, "
+                              f"got {type(raw).__name__} {describe(raw)}")
     try:
         parsed = make_url(raw)
     except (ArgumentError, ValueError, TypeError) as exc:
@@ -58,10 +61,17 @@ def resolve_url(url: str | URL | None = None) -> URL:
         try:
             import psycopg  # noqa: F401  (the engine imports it next anyway)
         except ImportError as exc:
+            shown = _hide_password(parsed.render_as_string())
+            if isinstance(exc, ModuleNotFoundError) and exc.name == "psycopg":
+                raise DatabaseUnavailable(
+                    f"{shown} is a PostgreSQL URL, and its driver, psycopg 3, is not "
+                    'installed: pip install "hubstore[postgres]"') from exc
+            # Installed without a libpq it can load ("no pq wrapper available").
             raise DatabaseUnavailable(
-                f"{_hide_password(parsed.render_as_string())} is a PostgreSQL URL, and its "
-                'driver, psycopg 3, is not installed: pip install "hubstore[postgres]"'
-            ) from exc
+                f"{shown} is a PostgreSQL URL, and its driver, psycopg 3, cannot be "
+                f"imported ({' '.join(str(exc).split())[:300]}); it needs libpq: "
+                'pip install "psycopg[binary]" (a wheel that carries libpq), or '
+                '"psycopg[c]", or install the system\'s libpq') from exc
         return parsed.set(drivername="postgresql+psycopg")
     database = parsed.database or ""
     if database in ("", ":memory:") or "mode=memory" in database \

@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from hubstore.errors import ValidationError
+from hubstore.errors import ValidationError, describe
 from hubstore.jsontype import MAX_JSON_DEPTH, check_json, text_problem
 
 #: JavaScript's WhiteSpace and LineTerminator code points: what \s and trim() mean there
@@ -34,7 +34,8 @@ MAX_DURATION_MS = 2**62
 def require_str(value: object, what: str) -> str:
     """A string that both dialects can store: no U+0000, no lone surrogate."""
     if not isinstance(value, str):
-        raise ValidationError(f"{what} must be a string, got {type(value).__name__} {value!r:.80}")
+        raise ValidationError(
+            f"{what} must be a string, got {type(value).__name__} {describe(value)}")
     if "\x00" in value or not value.isascii():
         problem = text_problem(value)
         if problem:
@@ -53,7 +54,7 @@ def _check_key_length(value: str, what: str, limit: int = MAX_KEY_BYTES) -> str:
 def require_id(value: object, what: str) -> str:
     """A non-empty string id, at most MAX_KEY_BYTES long."""
     if not isinstance(value, str) or not value:
-        raise ValidationError(f"{what} must be a non-empty string, got {value!r:.80}")
+        raise ValidationError(f"{what} must be a non-empty string, got {describe(value)}")
     return _check_key_length(require_str(value, what), what)
 
 
@@ -84,11 +85,33 @@ def require_text(value: object, what: str) -> str:
     return require_str(value, what)
 
 
+def require_callable(value: object, what: str) -> None:
+    """A function (or any callable): refused up front rather than failing when called."""
+    if not callable(value):
+        raise ValidationError(f"{what} must be callable, got {type(value).__name__} "
+                              f"{describe(value)}")
+
+
+def optional_listen_url(value: object, what: str = "listen_url") -> object:
+    """None, a bool or a URL (an sqlalchemy URL or a string), as ``listen_url`` takes."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return require_str(value, what)
+    from sqlalchemy.engine import URL
+
+    if not isinstance(value, URL):
+        raise ValidationError(f"{what} must be a URL (a string or an sqlalchemy URL), "
+                              f"True, False or None; got {type(value).__name__} "
+                              f"{describe(value)}")
+    return value
+
+
 def require_enum(value: object, allowed: Iterable[str], what: str) -> str:
     """One of the allowed strings."""
     choices = tuple(allowed)
     if not isinstance(value, str) or value not in choices:
-        raise ValidationError(f"{what} must be one of {', '.join(choices)}; got {value!r:.80}")
+        raise ValidationError(f"{what} must be one of {', '.join(choices)}; got {describe(value)}")
     return value
 
 
@@ -96,13 +119,13 @@ def require_int(value: object, what: str, *, minimum: int | None = INT64_MIN,
                 maximum: int | None = INT64_MAX) -> int:
     """An int (not a bool) within the given bounds (by default: 64 bits)."""
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ValidationError(f"{what} must be an integer, got {value!r:.80}")
+        raise ValidationError(f"{what} must be an integer, got {describe(value)}")
     low = INT64_MIN if minimum is None else minimum
     high = INT64_MAX if maximum is None else maximum
     if value < low:
-        raise ValidationError(f"{what} must be at least {low}, got {value}")
+        raise ValidationError(f"{what} must be at least {low}, got {describe(value)}")
     if value > high:
-        raise ValidationError(f"{what} must be at most {high}, got {value}")
+        raise ValidationError(f"{what} must be at most {high}, got {describe(value)}")
     return int(value)
 
 
@@ -125,13 +148,13 @@ def require_number(value: object, what: str, *, infinite: bool = False) -> float
     """A finite int or float (not a bool), as a float. ``infinite=True`` also takes the
     float infinities; an int too large for a float and NaN are refused either way."""
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValidationError(f"{what} must be a number, got {value!r:.80}")
+        raise ValidationError(f"{what} must be a number, got {describe(value)}")
     try:
         number = float(value)
     except OverflowError:
-        raise ValidationError(f"{what} is too large for a float: {value!r:.80}") from None
+        raise ValidationError(f"{what} is too large for a float: {describe(value)}") from None
     if math.isnan(number) or (math.isinf(number) and not infinite):
-        raise ValidationError(f"{what} must be a finite number, got {value!r:.80}")
+        raise ValidationError(f"{what} must be a finite number, got {describe(value)}")
     return number
 
 
@@ -219,7 +242,7 @@ def counter(value: object, what: str, *, default: int, minimum: int) -> int:
         if math.isnan(number):
             return max(minimum, default)
         if not math.isfinite(number) or not number.is_integer():
-            raise ValidationError(f"{what} must be a whole number, got {value!r:.80}")
+            raise ValidationError(f"{what} must be a whole number, got {describe(value)}")
     result = max(minimum, int(number) or default)
     return require_int(result, what)
 
@@ -250,7 +273,7 @@ def string_list(value: Any, what: str) -> list[str]:
     if value is None:
         return []
     if isinstance(value, str | bytes | Mapping) or not isinstance(value, Iterable):
-        raise ValidationError(f"{what} must be a list of strings, got {value!r:.80}")
+        raise ValidationError(f"{what} must be a list of strings, got {describe(value)}")
     items = list(value)
     for index, item in enumerate(items):
         require_key(item, f"{what}[{index}]")

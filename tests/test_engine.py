@@ -99,3 +99,28 @@ def test_a_postgresql_url_without_psycopg_names_the_extra() -> None:
                           timeout=60)
     assert done.returncode == 0, done.stderr
     assert 'pip install "hubstore[postgres]"' in done.stdout
+
+
+def test_a_psycopg_without_libpq_names_the_binary_and_c_builds() -> None:
+    """The postgres extra installs psycopg alone: where no libpq can be loaded, psycopg's
+    import fails as below, and the message says what to add."""
+    script = (
+        "import sys\n"
+        "class NoLibpq:  # psycopg's own error when neither psycopg_binary, psycopg_c\n"
+        "    def find_spec(self, name, path=None, target=None):  # nor libpq is there\n"
+        "        if name == 'psycopg':\n"
+        "            raise ImportError('no pq wrapper available.\\nAttempts made:\\n'\n"
+        "                              \"- couldn't import psycopg 'c' implementation\")\n"
+        "sys.meta_path.insert(0, NoLibpq())\n"
+        "from hubstore import HubStore\n"
+        "from hubstore.errors import DatabaseUnavailable\n"
+        "try:\n"
+        "    HubStore.open('postgresql://postgres:secret@127.0.0.1:1/x')\n"
+        "except DatabaseUnavailable as exc:\n"
+        "    print(exc)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "no pq wrapper available" in done.stdout
+    assert 'pip install "psycopg[binary]"' in done.stdout and '"psycopg[c]"' in done.stdout
+    assert "secret" not in done.stdout and "\n" not in done.stdout.strip()

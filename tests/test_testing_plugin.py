@@ -112,6 +112,36 @@ def test_factories_without_factory_boy_say_what_to_install(tmp_path: Path) -> No
     assert 'pip install "hubstore[testing]"' in done.stdout
 
 
+#: Run first in a fresh interpreter: pytest and factory-boy as if not installed (a
+#: finder ahead of the others that finds neither; nothing imported them yet).
+_WITHOUT_THE_EXTRA = """
+import sys
+class NotInstalled:
+    def find_spec(self, name, path=None, target=None):
+        if name.partition(".")[0] in ("pytest", "_pytest", "factory"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+sys.meta_path.insert(0, NotInstalled())
+assert not {"pytest", "_pytest", "factory"} & set(sys.modules)
+"""
+
+
+@pytest.mark.parametrize("module", ["hubstore.testing", "hubstore.testing.factories"])
+def test_without_the_testing_extra_the_error_names_it(module: str, tmp_path: Path) -> None:
+    code = (_WITHOUT_THE_EXTRA + "try:\n"
+            f"    import {module}\n"
+            "except ImportError as e:\n"
+            "    print(type(e).__name__, e.name, '|', e)\n"
+            "import hubstore\n"
+            "print('hubstore still imports:', hubstore.HubStore.__name__)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=True, cwd=tmp_path)
+    first, second = done.stdout.splitlines()
+    assert first.startswith("ModuleNotFoundError pytest |"), first
+    assert 'pip install "hubstore[testing]"' in first
+    assert second == "hubstore still imports: HubStore"
+
+
 def test_the_projects_store_fixture_binds_the_package_factories(store: HubStore) -> None:
     AgentFactory.create(agent_id="from-the-package")
     assert store.get_agent("from-the-package") is not None

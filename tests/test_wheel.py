@@ -45,7 +45,14 @@ def check_metadata(wheel: Path) -> None:
     urls = dict(u.split(", ", 1) for u in metadata.get_all("Project-URL") or [])
     assert {"Homepage", "Documentation", "Issues"} <= set(urls), urls
     assert {"postgres", "testing", "docs"} <= set(metadata.get_all("Provides-Extra") or [])
+    assert 'psycopg>=3.1; extra == "postgres"' in (metadata.get_all("Requires-Dist") or [])
     assert metadata["Description-Content-Type"] == "text/markdown"
+
+
+def test_the_postgres_extra_leaves_the_libpq_build_to_the_application() -> None:
+    extras = tomllib.loads((CHECKOUT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    assert extras["postgres"] == ["psycopg>=3.1"]  # not psycopg[binary] nor psycopg[c]
 
 
 def test_the_version_is_the_distributions() -> None:

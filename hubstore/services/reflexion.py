@@ -18,7 +18,7 @@ from sqlalchemy import (
 )
 
 from hubstore.dialects import ContextSignature, SqlDialect
-from hubstore.errors import ValidationError
+from hubstore.errors import ValidationError, describe
 from hubstore.execution import Prepared, execute, from_row, get
 from hubstore.ids import now_ms, uuidv7
 from hubstore.jsontype import dumps
@@ -75,7 +75,7 @@ def check_context_filter(context: object) -> dict[str, Any]:
         raise ValidationError(f"context must be a dict, got {type(context).__name__}")
     for key, value in context.items():
         if not isinstance(key, str):
-            raise ValidationError(f"context keys must be strings, got {key!r}")
+            raise ValidationError(f"context keys must be strings, got {describe(key)}")
         require_str(key, "a context key")
         if value is not None and not isinstance(value, str | int | float):
             raise ValidationError(

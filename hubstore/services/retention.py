@@ -26,7 +26,7 @@ from hubstore.models import DeadLetter, Message, MessageInbox, MessageLog, table
 from hubstore.services.base import resolve_now
 from hubstore.services.stats import FOLD_LOG, LOG_FOLDED, hub_counters
 from hubstore.transaction import Scope
-from hubstore.validation import require_int
+from hubstore.validation import require_callable, require_int
 
 PRIORITIES = range(1, 10)  # the CHECK constraint of messages.priority
 #: Bound values per IN list (well under SQLite's limit, whatever the batch size).
@@ -77,6 +77,8 @@ def prune_messages(scope: Scope, older_than_ms: int, now_ms: int | None = None,
     """
     require_int(older_than_ms, "older_than_ms", minimum=0)
     require_int(batch_size, "batch_size", minimum=1)
+    if progress is not None:
+        require_callable(progress, "progress")
     before = resolve_now(now_ms) - older_than_ms
     deleted = 0
     for priority in PRIORITIES:

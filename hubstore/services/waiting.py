@@ -23,7 +23,7 @@ from sqlalchemy import and_, bindparam, func, or_, select, text
 from sqlalchemy.engine import URL
 
 from hubstore import signals
-from hubstore.errors import ValidationError
+from hubstore.errors import ValidationError, describe
 from hubstore.execution import Prepared, from_row
 from hubstore.models import TOPIC_FEED_WHERE, Message, MessageLog, table_of
 from hubstore.services.assign_hub import claim_next_assign
@@ -66,7 +66,8 @@ def check_timeout(timeout_s: object) -> float | None:
         return None
     number = as_number(timeout_s)
     if number is None or isinstance(timeout_s, bool) or number < 0 or number != number:
-        raise ValidationError(f"timeout_s must be a number of seconds >= 0, not {timeout_s!r}")
+        raise ValidationError(
+            f"timeout_s must be a number of seconds >= 0, not {describe(timeout_s)}")
     return float(number)
 
 
@@ -81,7 +82,7 @@ def check_batch(max_messages: object) -> int:
 def parse_cursor(cursor: object) -> int:
     if not isinstance(cursor, str) or not _CURSOR.fullmatch(cursor) \
             or int(cursor[len(CURSOR_PREFIX):]) > 2**63 - 1:  # a seq is 64-bit
-        raise ValidationError(f"not a message feed cursor: {cursor!r:.80}")
+        raise ValidationError(f"not a message feed cursor: {describe(cursor)}")
     return int(cursor[len(CURSOR_PREFIX):])
 
 
@@ -174,6 +175,7 @@ class MessageFeed:
 
     def read(self, max_messages: int) -> FeedBatch:
         """One look at the tables from the current position (the position stays)."""
+        max_messages = check_batch(max_messages)
         with self.store.unit_of_work(write=False) as uow:
             return read_feed(uow, self.agent_id, self.include_topics, self.position,
                              max_messages)

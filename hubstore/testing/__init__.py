@@ -37,7 +37,15 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
+try:
+    import pytest
+except ModuleNotFoundError as missing:  # without the `testing` extra
+    if missing.name != "pytest":
+        raise  # pytest itself is broken: its own error says how
+    raise ModuleNotFoundError(
+        "hubstore.testing is a pytest plugin (with factory-boy factories) and needs "
+        'pytest; install them with pip install "hubstore[testing]"', name="pytest",
+    ) from missing
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
