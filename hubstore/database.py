@@ -12,21 +12,19 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from sqlalchemy import Engine, inspect
 from sqlalchemy.engine import URL
 
 from hubstore.connections import ConnectionSource
 from hubstore.dialects import SqlDialect, dialect_for
+from hubstore.models import AssignJob
 from hubstore.sqlite import BUSY_TIMEOUT_MS
 from hubstore.types import AssignEvent
 
-if TYPE_CHECKING:
-    from hubstore.models import AssignJob
-
 #: A status listener: called with the event (AssignEvent) and the job after each commit.
-AssignListener = Callable[[AssignEvent, "AssignJob"], object]
+AssignListener = Callable[[AssignEvent, AssignJob], object]
 
 
 @dataclass(frozen=True)

@@ -48,7 +48,7 @@ from hubstore.engine import (
     resolve_url,
     sqlite_path,
 )
-from hubstore.errors import SchemaNotCurrent, UnknownSchema, ValidationError
+from hubstore.errors import SchemaNotCurrent, UnknownSchema, ValidationError, describe
 from hubstore.jsontype import JSONText
 from hubstore.models import metadata
 
@@ -147,7 +147,7 @@ def checked_options(version_table: str | None, schema: str | None
         if value is not None and (not isinstance(value, str) or not _SQL_NAME.fullmatch(value)):
             raise ValidationError(
                 f"{what} must be a lower-case SQL name (a-z, 0-9 and _, not starting with a "
-                f"digit, at most 63 characters), not {value!r}")
+                f"digit, at most 63 characters), not {describe(value)}")
     return version_table, schema
 
 

@@ -23,6 +23,7 @@ from hubstore.errors import (
     HubStoreError,
     SchemaNotCurrent,
     ValidationError,
+    describe,
 )
 from hubstore.operations import HubOperations
 from hubstore.services.waiting import WaitingOps
@@ -164,6 +165,9 @@ class HubStore(WaitingOps, HubOperations):
         unit of work runs in the application's transaction, which commits or rolls back
         the hub's writes with its own (see docs/concurrency.md).
         """
+        if join is not None and not isinstance(join, Session | Connection):
+            raise ValidationError(f"join takes the application's Session or Connection, "
+                                  f"not {describe(join)}")
         current = self.current_uow.get()
         if current is not None:
             if join is not None and getattr(current, "joined", None) is not join:

@@ -116,6 +116,15 @@ def seed(store: HubStore, url: URL) -> dict[str, Any]:
     }
 
 
+def _parameters(cls: type, name: str) -> list[inspect.Parameter]:
+    """The parameters a caller passes to ``cls.name`` (its receiver left out: self, or
+    the scope of a store method written as a service function)."""
+    found = list(inspect.signature(getattr(cls, name)).parameters.values())
+    if isinstance(inspect.getattr_static(cls, name), classmethod | staticmethod):
+        return found
+    return found[1:]
+
+
 def _keywords(cls: type, name: str, param: inspect.Parameter) -> list[str]:
     """The keywords a ``**kwargs`` parameter takes (its TypedDict's, or another
     method's), or [] when it takes any."""
@@ -123,10 +132,9 @@ def _keywords(cls: type, name: str, param: inspect.Parameter) -> list[str]:
     if get_origin(hint) is Unpack:
         return sorted(get_type_hints(get_args(hint)[0]))
     if name in KEYWORDS_OF:
-        other = inspect.signature(getattr(cls, KEYWORDS_OF[name])).parameters
-        taken = inspect.signature(getattr(cls, name)).parameters
-        return sorted(n for n, p in other.items()
-                      if n not in taken and n != "self" and p.default is not p.empty)
+        taken = {p.name for p in _parameters(cls, name)}
+        return sorted(p.name for p in _parameters(cls, KEYWORDS_OF[name])
+                      if p.name not in taken and p.default is not p.empty)
     return []
 
 
@@ -134,8 +142,7 @@ def cases(cls: type, name: str, valid: dict[str, Any]) -> Iterator[Case]:
     """One call per argument of ``cls.name`` (each ``**kwargs`` keyword, an unknown one
     too): the deep list there, valid values in the arguments before it (by position)
     and in the other required ones, defaults elsewhere."""
-    params = [p for p in inspect.signature(getattr(cls, name)).parameters.values()
-              if p.name not in ("self", "cls")]
+    params = _parameters(cls, name)
 
     def value_for(p: inspect.Parameter) -> Any:
         for key in (f"{name}.{p.name}", p.name):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from sqlalchemy import (
     BindParameter,
@@ -51,10 +51,8 @@ from hubstore.services.assigns import (
 )
 from hubstore.services.base import const, resolve_now
 from hubstore.services.messages import message_row, record_message
+from hubstore.transaction import Scope, Transaction
 from hubstore.validation import json_value, lookup_key, optional_int, require_id, require_text
-
-if TYPE_CHECKING:
-    from hubstore.transaction import Scope, Transaction
 
 EVENT_TOPIC = "assign.result"
 #: A supervisor event's priority is at least this (the reference's Math.max(5, priority)).

@@ -17,7 +17,7 @@ import contextlib
 import copy
 import functools
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import Any, Unpack
 
 from sqlalchemy import (
     BigInteger,
@@ -39,6 +39,7 @@ from hubstore.execution import Prepared, execute, from_row
 from hubstore.ids import now_ms, uuidv7
 from hubstore.models import ASSIGN_STATUSES, AssignJob, table_of
 from hubstore.services.base import const
+from hubstore.transaction import Scope, Transaction
 from hubstore.types import AssignPatch, AssignStatus
 from hubstore.validation import (
     INT64_MAX,
@@ -57,9 +58,6 @@ from hubstore.validation import (
     require_key,
     require_text,
 )
-
-if TYPE_CHECKING:
-    from hubstore.transaction import Scope, Transaction
 
 _jobs = table_of(AssignJob)
 #: Attribute key -> column name (they differ for the JSON columns: payload -> payload_json).

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from sqlalchemy import delete, insert, select, update
 
 from hubstore.execution import execute, load
 from hubstore.ids import now_ms
 from hubstore.models import DeadLetter, Message, table_of
+from hubstore.transaction import Scope, Transaction
 from hubstore.validation import require_id, require_int, require_text
-
-if TYPE_CHECKING:
-    from hubstore.transaction import Scope, Transaction
 
 _letters = table_of(DeadLetter)
 _messages = table_of(Message)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import Select, bindparam, insert, select, text, union_all
 
@@ -22,6 +22,7 @@ from hubstore.models import (
 )
 from hubstore.services.agents import get_agents_by_topic
 from hubstore.services.base import update_row
+from hubstore.transaction import Scope, Transaction
 from hubstore.types import MessageStatus, MessageType
 from hubstore.validation import (
     as_number,
@@ -35,9 +36,6 @@ from hubstore.validation import (
     require_key,
     string_list,
 )
-
-if TYPE_CHECKING:
-    from hubstore.transaction import Scope, Transaction
 
 MAX_POLL = 100
 DEFAULT_POLL = 20

@@ -33,11 +33,11 @@ from hubstore.models import Agent, Message, table_of
 from hubstore.services.base import const, resolve_now
 from hubstore.services.dead_letters import record_dead_letters
 from hubstore.services.human_requests import expire_human_requests
+from hubstore.transaction import Scope, Transaction
 
 if TYPE_CHECKING:
     from sqlalchemy.sql.dml import ReturningUpdate
 
-    from hubstore.transaction import Scope, Transaction
 
 DELIVERY_WINDOW_MS = 300_000
 

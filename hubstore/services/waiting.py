@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sqlalchemy import and_, bindparam, func, or_, select, text
 from sqlalchemy.engine import URL
@@ -25,14 +25,11 @@ from sqlalchemy.engine import URL
 from hubstore import signals
 from hubstore.errors import ValidationError, describe
 from hubstore.execution import Prepared, from_row
-from hubstore.models import TOPIC_FEED_WHERE, Message, MessageLog, table_of
+from hubstore.models import TOPIC_FEED_WHERE, AssignJob, Message, MessageLog, table_of
 from hubstore.services.assign_hub import claim_next_assign
 from hubstore.services.messages import feed_topics
+from hubstore.transaction import Transaction
 from hubstore.validation import as_number, require_id, string_list
-
-if TYPE_CHECKING:
-    from hubstore.models import AssignJob
-    from hubstore.transaction import Transaction
 
 MAX_FEED_BATCH = 1000
 CURSOR_PREFIX = "feed1:"
