@@ -334,6 +334,8 @@ class AsyncOperations:
         result: Any = None,
         error: Any = None,
         job_id: str | None = None,
+        not_before_ms: int | None = None,
+        retry_backoff_ms: int = 0,
     ) -> AssignJob:
         """Await :meth:`HubStore.create_assign`: A new job. Priority, timeout and ttl are
         clamped, as in the reference (JavaScript's Number() reads them: a non-number falls
@@ -360,6 +362,8 @@ class AsyncOperations:
             result,
             error,
             job_id,
+            not_before_ms,
+            retry_backoff_ms,
         )
 
     async def get_assign(self, job_id: str) -> AssignJob | None:
@@ -462,9 +466,17 @@ class AsyncOperations:
 
     async def claim_next_assign(self, worker_agent: str) -> AssignJob | None:
         """Await :meth:`HubStore.claim_next_assign`: The worker's highest-priority, then
-        oldest, queued job, now running.
+        oldest, queued job that is due (its not_before_ms passed, if it has one), now
+        running.
         """
         return await self._call(self._sync_ops().claim_next_assign, worker_agent)
+
+    async def next_due_ms(self, worker_agent: str) -> int | None:
+        """Await :meth:`HubStore.next_due_ms`: When the worker's next queued job that is not
+        due yet becomes due (the time its not_before_ms, or its retry's back-off, ends), or
+        None when it has none: how long a waiter may sleep without missing it.
+        """
+        return await self._call(self._sync_ops().next_due_ms, worker_agent)
 
     async def add_reflexion(
         self,

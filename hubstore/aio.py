@@ -35,7 +35,6 @@ import inspect
 import logging
 import queue
 import threading
-import time
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -55,6 +54,8 @@ from hubstore.services.waiting import (
     MessageFeed,
     check_batch,
     deadline_after,
+    due_at,
+    wait_s,
 )
 from hubstore.store import HubStore
 from hubstore.types import AssignEvent
@@ -350,7 +351,8 @@ class AsyncHubStore(AsyncOperations):
                 job = await self._claim(worker_agent)
                 if job is not None:
                     return job
-                if not await wake.pause(deadline):
+                due = await self._call(due_at, self.sync, worker_agent)
+                if not await wake.pause(deadline, due):
                     return None
 
     async def _claim(self, worker_agent: str) -> AssignJob | None:
@@ -601,15 +603,12 @@ class _Wake:
         """Forget earlier wake-ups (before looking at the tables)."""
         self.event.clear()
 
-    async def pause(self, deadline: float | None) -> bool:
-        """Wait for a wake-up, the re-check interval or the deadline; False once the
-        deadline has passed."""
-        wait = self.sub.watcher.recheck_s
-        if deadline is not None:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return False
-            wait = min(wait, remaining)
+    async def pause(self, deadline: float | None, due: float | None = None) -> bool:
+        """Wait for a wake-up, the re-check interval, the deadline or ``due`` (when a
+        scheduled job becomes due); False once the deadline has passed."""
+        wait = wait_s(self.sub.watcher.recheck_s, deadline, due)
+        if wait is None:
+            return False
         try:
             async with asyncio.timeout(wait):
                 await self.event.wait()

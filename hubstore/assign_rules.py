@@ -151,12 +151,15 @@ def clamp_timeout(value: object, fallback: int = DEFAULT_TIMEOUT_MS) -> int:
 KEEP_ON_NONE = (
     "supervisor_agent", "worker_agent", "topic", "task", "payload", "attempt", "retry_count",
     "max_retries", "priority", "ttl_ms", "timeout_ms", "trace_id", "correlation_id",
+    "retry_backoff_ms",
 )
 #: Patch fields whose None clears the column.
 CLEAR_ON_NONE = (
     "deadline_ms", "last_message_id", "result", "error", "started_at_ms", "completed_at_ms",
-    "last_retry_at_ms",
+    "last_retry_at_ms", "not_before_ms",
 )
+#: The longest a retry waits, whatever its back-off (as the longest timeout).
+MAX_BACKOFF_MS = 86_400_000
 PATCH_FIELDS = frozenset(KEEP_ON_NONE + CLEAR_ON_NONE)
 
 
@@ -199,8 +202,9 @@ def next_values(current: Mapping[str, Any], target: str, patch: Mapping[str, Any
         timeout_ms=timeout,
         updated_at_ms=now,
     )
-    for name in ("last_message_id", "result", "error", "last_retry_at_ms"):
+    for name in ("last_message_id", "result", "error", "last_retry_at_ms", "not_before_ms"):
         values[name] = patch[name] if name in patch else current[name]
+    values["retry_backoff_ms"] = pick("retry_backoff_ms")
     if "deadline_ms" in patch:
         deadline = patch["deadline_ms"]
         values["deadline_ms"] = None if deadline is None else int(deadline)
@@ -225,15 +229,35 @@ def next_values(current: Mapping[str, Any], target: str, patch: Mapping[str, Any
     return values
 
 
+def retry_delay(backoff_ms: int, retries_before: int) -> int:
+    """How long a retry waits: ``backoff_ms`` for the first, twice as long for each later
+    one (``retries_before``: the retries the job had), at most MAX_BACKOFF_MS."""
+    if backoff_ms <= 0:
+        return 0
+    if retries_before >= MAX_BACKOFF_MS.bit_length():  # (no huge power of two)
+        return MAX_BACKOFF_MS
+    return int(min(MAX_BACKOFF_MS, backoff_ms * 2 ** max(0, retries_before)))
+
+
 def retry_patch(current: Mapping[str, Any], patch: Mapping[str, Any], now: int
                 ) -> dict[str, Any]:
-    """The patch that re-queues a job for its next attempt (the reference's retry)."""
+    """The patch that re-queues a job for its next attempt (the reference's retry):
+    with a back-off (retry_backoff_ms), not claimed before its delay has passed (or
+    before the patch's not_before_ms, when it names one), its deadline counted from
+    then."""
     retry_count = patch.get("retry_count")
     attempt = patch.get("attempt")
     timeout_ms = patch.get("timeout_ms")
     timeout = clamp_timeout(current["timeout_ms"] if timeout_ms is None else timeout_ms,
                             current["timeout_ms"])
+    backoff = patch.get("retry_backoff_ms")
+    delay = retry_delay(current["retry_backoff_ms"] if backoff is None else backoff,
+                        current["retry_count"])
+    not_before = patch["not_before_ms"] if "not_before_ms" in patch else (
+        now + delay if delay else None)
+    start = now if not_before is None else max(now, not_before)
     return {
+        "not_before_ms": not_before,
         "retry_count": counter(
             retry_count if retry_count is not None else current["retry_count"] + 1,
             "retry_count", default=0, minimum=0),
@@ -241,7 +265,7 @@ def retry_patch(current: Mapping[str, Any], patch: Mapping[str, Any], now: int
                            "attempt", default=1, minimum=current["attempt"] + 1),
         "timeout_ms": timeout,
         "ttl_ms": patch.get("ttl_ms") if patch.get("ttl_ms") is not None else current["ttl_ms"],
-        "deadline_ms": now + timeout,
+        "deadline_ms": start + timeout,
         "completed_at_ms": None,
         "started_at_ms": None,
         "last_retry_at_ms": now,

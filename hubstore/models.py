@@ -47,6 +47,8 @@ ASSIGN_STATUSES: tuple[str, ...] = get_args(types.AssignStatus)
 REFLEXION_TYPES: tuple[str, ...] = get_args(types.ReflexionType)
 
 Millis = BigInteger  # every time is integer milliseconds since the epoch
+#: Column info of hubstore's own columns in the reference's tables (not in to_dict()).
+HUBSTORE_ONLY = {"hubstore_only": True}
 #: Counts and ids the reference can make large: 64-bit on both dialects (revision 0006).
 Counter = BigInteger().with_variant(Integer, "sqlite")
 
@@ -85,8 +87,10 @@ class Base(DeclarativeBase):
         return str(cls.__mapper__.primary_key[0].name)
 
     def to_dict(self) -> dict[str, Any]:
-        """The row as the reference store's getter returns it."""
-        return {attr.key: getattr(self, attr.key) for attr in self.__mapper__.column_attrs}
+        """The row as the reference store's getter returns it (hubstore's own columns,
+        which the reference does not know, left out)."""
+        return {attr.key: getattr(self, attr.key) for attr in self.__mapper__.column_attrs
+                if not attr.columns[0].info.get("hubstore_only")}
 
     def __repr__(self) -> str:
         pk = ", ".join(str(getattr(self, str(c.key))) for c in self.__mapper__.primary_key)
@@ -242,6 +246,13 @@ class AssignJob(Base):
     started_at_ms: Mapped[int | None] = mapped_column(Millis)
     completed_at_ms: Mapped[int | None] = mapped_column(Millis)
     last_retry_at_ms: Mapped[int | None] = mapped_column(Millis)
+    # hubstore's own (revision 0012), left out of to_dict() as the reference's getters
+    # know nothing of them:
+    #: The job is not claimed before this time (None: at once).
+    not_before_ms: Mapped[int | None] = mapped_column(Millis, info=dict(HUBSTORE_ONLY))
+    #: The first retry waits this long, each later one twice the one before.
+    retry_backoff_ms: Mapped[int] = mapped_column(Millis, server_default=text("0"),
+                                                  info=dict(HUBSTORE_ONLY))
 
 
 Index("idx_assign_jobs_status", AssignJob.status, AssignJob.updated_at_ms.desc())

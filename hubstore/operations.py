@@ -97,6 +97,7 @@ class HubOperations:
     schedule_assign_retry = assign_hub.schedule_assign_retry
     sweep_timed_out_assigns = assign_hub.sweep_timed_out_assigns
     claim_next_assign = assign_hub.claim_next_assign
+    next_due_ms = assign_hub.next_due_ms
 
     # Reflexion
     add_reflexion = reflexion.add_reflexion

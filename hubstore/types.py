@@ -55,6 +55,8 @@ class AssignPatch(TypedDict, total=False):
     error: Any
     started_at_ms: int | None
     completed_at_ms: int | None
+    not_before_ms: int | None
+    retry_backoff_ms: int | None
     last_retry_at_ms: int | None
 
 

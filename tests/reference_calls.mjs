@@ -4,7 +4,7 @@
 //
 // HUB_DIR is a reference store's hub/ folder (../shared/reference/setup.sh DIR 10.17.4).
 // calls.json is an array of [name, ...arguments] with names of the store's methods (the
-// reflexion calls and the message calls in `allowed`); the output is the array of their
+// reflexion, message and assign calls in `allowed`); the output is the array of their
 // return values, in order (undefined as null).
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -16,6 +16,7 @@ const calls = JSON.parse(readFileSync(0, "utf8"));
 const allowed = new Set([
   "addReflexion", "getReflexion", "listReflexion", "patchReflexion", "deleteReflexion",
   "auditLog", "getMessage", "pollForAgent", "sweepExpired", "getDeadLetters",
+  "createAssign", "getAssign", "listAssigns", "updateAssignStatus", "retryAssign",
 ]);
 const store = createStore(dbPath);
 const results = [];

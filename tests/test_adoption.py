@@ -78,8 +78,10 @@ def _read_through_models(engine: Engine, table: str, pk: Any) -> dict[str, Any]:
     with Session(engine) as session:
         obj = session.get(model, pk)
         assert obj is not None, (table, pk)
+        if isinstance(obj, AssignJob):  # hubstore's own columns (0012): their defaults
+            assert (obj.not_before_ms, obj.retry_backoff_ms) == (None, 0)
         return {col.name: getattr(obj, model.__mapper__.get_property_by_column(col).key)
-                for col in model.__table__.columns}
+                for col in model.__table__.columns if not col.info.get("hubstore_only")}
 
 
 @pytest.mark.parametrize("version", [3, 4])

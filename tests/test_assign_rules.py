@@ -163,7 +163,7 @@ def job(**overrides: Any) -> dict[str, Any]:
         "trace_id": "tr", "correlation_id": "co", "last_message_id": "m1",
         "result": None, "error": None, "created_at_ms": NOW - 1_000,
         "updated_at_ms": NOW - 1_000, "started_at_ms": None, "completed_at_ms": None,
-        "last_retry_at_ms": None,
+        "last_retry_at_ms": None, "not_before_ms": None, "retry_backoff_ms": 0,
     }
     row.update(overrides)
     return row
@@ -176,7 +176,7 @@ def test_next_values_sets_status_and_updated_at_and_keeps_the_rest() -> None:
     for name in ("supervisor_agent", "worker_agent", "topic", "task", "payload", "attempt",
                  "retry_count", "max_retries", "priority", "ttl_ms", "timeout_ms",
                  "trace_id", "correlation_id", "last_message_id", "result", "error",
-                 "last_retry_at_ms"):
+                 "last_retry_at_ms", "not_before_ms", "retry_backoff_ms"):
         assert values[name] == job()[name], name
 
 
@@ -249,7 +249,7 @@ def test_retry_patch_requeues_for_the_next_attempt() -> None:
         "retry_count": 2, "attempt": 3, "timeout_ms": 60_000, "ttl_ms": 50_000,
         "deadline_ms": NOW + 60_000, "completed_at_ms": None, "started_at_ms": None,
         "last_retry_at_ms": NOW, "result": None, "error": {"message": "boom"},
-        "last_message_id": None,
+        "last_message_id": None, "not_before_ms": None,
     }
     values = next_values(current, "queued", patch, NOW)
     assert values["status"] == "queued"
@@ -342,3 +342,24 @@ def test_put_back_values_undo_what_the_claim_set(
     assert rules.put_back_values(current, 1_000, 2_000) == {
         "status": "queued", "updated_at_ms": 2_000, "started_at_ms": want_started,
         "deadline_ms": want_deadline}
+
+
+@pytest.mark.parametrize(("backoff", "retries_before", "delay"), [
+    (0, 0, 0), (0, 5, 0),
+    (1_000, 0, 1_000), (1_000, 1, 2_000), (1_000, 3, 8_000),
+    (1_000, 30, rules.MAX_BACKOFF_MS), (1_000, 10**6, rules.MAX_BACKOFF_MS),
+    (rules.MAX_BACKOFF_MS * 5, 0, rules.MAX_BACKOFF_MS),
+])
+def test_a_retrys_delay_doubles_up_to_a_day(backoff: int, retries_before: int,
+                                           delay: int) -> None:
+    assert rules.retry_delay(backoff, retries_before) == delay
+
+
+def test_a_retry_with_back_off_waits_and_its_deadline_counts_from_then() -> None:
+    current = job(status="failed", attempt=2, retry_count=1, retry_backoff_ms=1_000)
+    patch = rules.retry_patch(current, {}, NOW)
+    assert patch["not_before_ms"] == NOW + 2_000  # the second retry: twice the back-off
+    assert patch["deadline_ms"] == NOW + 2_000 + 60_000
+    assert rules.retry_patch(current, {"retry_backoff_ms": 0}, NOW)["not_before_ms"] is None
+    values = next_values(current, "queued", patch, NOW)
+    assert (values["not_before_ms"], values["retry_backoff_ms"]) == (NOW + 2_000, 1_000)

@@ -70,10 +70,16 @@ def _fill_every_table(url: URL) -> None:
             factories.unbind()
 
 
+#: The columns revision 0012 adds to assign_jobs.
+SCHEDULE_0012 = ("not_before_ms", "retry_backoff_ms")
+
+
 def _v3_columns(conn: Connection) -> dict[str, list[str]]:
-    """Each table's columns at revision 0001 (version 4 adds two to reflexion_entries)."""
+    """Each table's columns at revision 0001 (version 4 adds two to reflexion_entries,
+    revision 0012 two to assign_jobs)."""
     columns = column_names(conn)
     columns["reflexion_entries"] = [c for c in columns["reflexion_entries"] if c not in V4_ONLY]
+    columns["assign_jobs"] = [c for c in columns["assign_jobs"] if c not in SCHEDULE_0012]
     return columns
 
 
@@ -275,7 +281,9 @@ def test_round_trip_through_0007_keeps_every_log_row_and_seq(db_url: URL,
     migrations.upgrade(db_url)
     _fill_every_table(db_url)
     with engine.connect() as conn:
-        schema, rows, log = schema_objects(conn), snapshot(conn), _log(conn)
+        columns = column_names(conn)  # (the columns 0007 has: 0012 adds two to jobs)
+        columns["assign_jobs"] = [c for c in columns["assign_jobs"] if c not in SCHEDULE_0012]
+        schema, rows, log = schema_objects(conn), snapshot(conn, columns=columns), _log(conn)
         if sqlite:
             assert "AUTOINCREMENT" not in _log_table_sql(conn).upper()
             assert _log_sequence(conn) == []
@@ -295,7 +303,7 @@ def test_round_trip_through_0007_keeps_every_log_row_and_seq(db_url: URL,
 
     migrations.upgrade(db_url)
     with engine.connect() as conn:
-        assert _log(conn) == log and snapshot(conn) == rows
+        assert _log(conn) == log and snapshot(conn, columns=columns) == rows
         assert schema_objects(conn) == schema
     with HubStore.open(db_url) as store:  # the figures count every insert again
         sent: list[tuple[int, MessageStatus]] = [
@@ -470,3 +478,28 @@ def test_reference_store_keeps_working_on_a_hubstore_database(tmp_path: Path) ->
         assert [e.id for e in store.find_reflexion("noent <fi")] == ["r1"]
         assert present(store.get_reflexion("r1")).type == "reflexion"
         assert present(store.get_pipeline_state("team")).phase == "plan"
+
+
+def test_a_downgrade_below_0012_keeps_a_pending_schedule(db_url: URL, engine: Engine) -> None:
+    from hubstore import HubStore
+    from hubstore.ids import now_ms
+
+    with HubStore.open(db_url) as store:
+        job = store.create_assign("lead", "w1", not_before_ms=now_ms() + 3_600_000)
+        done = store.create_assign("lead", "w1", retry_backoff_ms=500, status="succeeded")
+    with engine.connect() as conn:
+        before = snapshot(conn)
+    with pytest.raises(Exception, match="0012"):
+        migrations.downgrade(db_url, "0011")
+    assert migrations.current(db_url) == migrations.head()
+    with engine.connect() as conn:
+        assert snapshot(conn) == before  # nothing changed
+    with engine.begin() as conn:
+        conn.execute(text("UPDATE assign_jobs SET not_before_ms = NULL WHERE job_id = :j"),
+                     {"j": job.job_id})
+    migrations.downgrade(db_url, "0011")  # a finished job's back-off does not hold it
+    with engine.connect() as conn:
+        assert "not_before_ms" not in column_names(conn)["assign_jobs"]
+        ids = {row[0] for row in conn.execute(text("SELECT job_id FROM assign_jobs"))}
+    assert ids == {job.job_id, done.job_id}
+    migrations.upgrade(db_url)

@@ -12,6 +12,7 @@ from pathlib import Path
 from sqlalchemy.engine import make_url
 
 from hubstore import HubStore, health
+from hubstore.ids import now_ms
 from hubstore.models import Message
 from tests.reference_ddl import reference_ddl
 from tests.reference_runner import reference_hub, run_reference
@@ -89,3 +90,40 @@ def test_the_reference_store_reads_and_writes_messages_on_a_hubstore_file(
         assert [d.message_id for d in store.get_dead_letters()] == [due.id]
         assert store.sweep_expired()["messages"] == 0  # the reference swept it already
     assert_redefined(message_indexes(path))
+
+
+def test_the_reference_store_reads_and_moves_scheduled_jobs_on_a_hubstore_file(
+        tmp_path: Path) -> None:
+    """Revision 0012's columns: the reference reads a scheduled job with back-off, moves
+    and retries it; a job the reference writes is due at once, without back-off."""
+    hub = reference_hub()
+    path, url = hub_file(tmp_path)
+    later = now_ms() + 3_600_000
+    with HubStore.open(url) as store:
+        scheduled = store.create_assign("lead", "w1", task="later", not_before_ms=later,
+                                        retry_backoff_ms=1_000, max_retries=1)
+    got, listed, running, failed, retried, theirs = run_reference(hub, path, [
+        ["getAssign", scheduled.job_id],
+        ["listAssigns", {"worker_agent": "w1"}],
+        ["updateAssignStatus", scheduled.job_id, "running"],
+        ["updateAssignStatus", scheduled.job_id, "failed"],
+        ["retryAssign", scheduled.job_id],
+        ["createAssign", {"supervisor_agent": "lead", "worker_agent": "w2", "task": "t"}],
+    ])
+    assert got["job_id"] == scheduled.job_id and got["task"] == "later"
+    assert {k: got[k] for k in scheduled.to_dict()} == scheduled.to_dict()
+    assert [job["job_id"] for job in listed] == [scheduled.job_id]
+    assert (running["status"], failed["status"], retried["status"]) == (
+        "running", "failed", "queued")
+    assert retried["attempt"] == 2
+    with HubStore.open(url) as store:
+        mine = store.get_assign(scheduled.job_id)
+        assert mine is not None and mine.status == "queued" and mine.attempt == 2
+        assert mine.to_dict() == {k: retried[k] for k in mine.to_dict()}
+        assert mine.retry_backoff_ms == 1_000  # kept by the reference's UPDATEs
+        written = store.get_assign(theirs["job_id"])
+        assert written is not None
+        assert (written.not_before_ms, written.retry_backoff_ms) == (None, 0)
+        claimed = store.claim_next_assign("w2")
+        assert claimed is not None and claimed.job_id == theirs["job_id"]
+    assert health.check(make_url(url)) == []

@@ -138,9 +138,11 @@ def finish(uow: Transaction, job: AssignJob, target: str, patch: dict[str, Any],
 _c = _jobs.c
 #: The worker's next queued job, locked; PostgreSQL skips rows that other claimers hold
 #: (SQLite renders no FOR UPDATE: the claim runs under its database write lock).
+_DUE = or_(_c.not_before_ms.is_(None), _c.not_before_ms <= NOW)
 _NEXT_QUEUED = (
     select(_c.job_id)
-    .where(_c.worker_agent == bindparam("p_worker"), _c.status == const(rules.CLAIMABLE))
+    .where(_c.worker_agent == bindparam("p_worker"), _c.status == const(rules.CLAIMABLE),
+           _DUE)
     .order_by(_c.priority.desc(), _c.created_at_ms, _c.job_id)
     .limit(1)
     .with_for_update(skip_locked=True))
@@ -351,8 +353,26 @@ def sweep_timed_out_assigns(scope: Scope, now_ms: int | None = None) -> dict[str
     return {"timed_out": timed_out, "retried": retried}
 
 
+#: When the worker's next scheduled job (queued, not due yet) becomes due.
+_NEXT_DUE = Prepared(
+    select(func.min(_c.not_before_ms).label("due"))
+    .where(_c.worker_agent == bindparam("p_worker"), _c.status == const(rules.CLAIMABLE),
+           _c.not_before_ms > NOW))
+
+
+def next_due_ms(scope: Scope, worker_agent: str) -> int | None:
+    """When the worker's next queued job that is not due yet becomes due (the time its
+    not_before_ms, or its retry's back-off, ends), or None when it has none: how long a
+    waiter may sleep without missing it."""
+    require_id(worker_agent, "worker_agent")
+    with scope.one_read() as uow:
+        found = _NEXT_DUE.first(uow, {"p_worker": worker_agent, "p_now": now_ms()})
+    return None if found is None or found["due"] is None else int(found["due"])
+
+
 def claim_next_assign(scope: Scope, worker_agent: str) -> AssignJob | None:
-    """The worker's highest-priority, then oldest, queued job, now running.
+    """The worker's highest-priority, then oldest, queued job that is due (its
+    not_before_ms passed, if it has one), now running.
 
     PostgreSQL skips rows other claimers hold (FOR UPDATE SKIP LOCKED); SQLite
     claims under the database write lock. Two claimers never get the same job.

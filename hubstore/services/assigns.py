@@ -52,11 +52,13 @@ from hubstore.validation import (
     optional_id,
     optional_int,
     optional_lookup,
+    require_duration,
     require_enum,
     require_id,
     require_int,
     require_key,
     require_text,
+    require_time,
 )
 
 _jobs = table_of(AssignJob)
@@ -253,6 +255,10 @@ def check_patch_values(patch: dict[str, Any]) -> None:
         require_text(patch["task"], "task")
     for name in ("deadline_ms", "started_at_ms", "completed_at_ms", "last_retry_at_ms"):
         optional_int(patch.get(name), name)
+    if patch.get("not_before_ms") is not None:
+        require_time(patch["not_before_ms"], "not_before_ms")
+    if patch.get("retry_backoff_ms") is not None:
+        require_duration(patch["retry_backoff_ms"], "retry_backoff_ms")
     for name, minimum in (("attempt", 1), ("retry_count", 0), ("max_retries", 0)):
         if patch.get(name) is not None:
             counter(patch[name], name, default=minimum, minimum=minimum)
@@ -304,7 +310,8 @@ def create_assign(scope: Scope, supervisor_agent: str, worker_agent: str,
                   timeout_ms: object = 600_000, deadline_ms: int | None = None,
                   trace_id: str | None = None, correlation_id: str | None = None,
                   last_message_id: str | None = None, result: Any = None,
-                  error: Any = None, job_id: str | None = None) -> AssignJob:
+                  error: Any = None, job_id: str | None = None,
+                  not_before_ms: int | None = None, retry_backoff_ms: int = 0) -> AssignJob:
     """A new job. Priority, timeout and ttl are clamped, as in the reference
     (JavaScript's Number() reads them: a non-number falls back to the default).
 
@@ -312,6 +319,11 @@ def create_assign(scope: Scope, supervisor_agent: str, worker_agent: str,
     for retry_count and max_retries), but a count that is not a whole number is
     refused. ``topic`` and ``task`` must be strings (None or "" for the default).
     A payload that is None (or a JavaScript-falsy 0, "" or False) is stored as {}.
+
+    hubstore's own (not in the reference): ``not_before_ms``, a time before which the
+    job is not claimed (its default deadline counts from then); ``retry_backoff_ms``,
+    how long its first retry waits before it may be claimed again (each later retry
+    twice as long as the one before, at most 24 hours).
     """
     require_id(supervisor_agent, "supervisor_agent")
     require_id(worker_agent, "worker_agent")
@@ -329,6 +341,9 @@ def create_assign(scope: Scope, supervisor_agent: str, worker_agent: str,
     retries = counter(retry_count, "retry_count", default=0, minimum=0)
     retry_limit = counter(max_retries, "max_retries", default=0, minimum=0)
     timeout = rules.clamp_timeout(timeout_ms)
+    not_before = None if not_before_ms is None else require_time(not_before_ms,
+                                                                   "not_before_ms")
+    backoff = require_duration(retry_backoff_ms, "retry_backoff_ms")
     deadline = None if deadline_ms is None else as_number(deadline_ms)
     if deadline is not None:
         deadline = require_int(int(deadline), "deadline_ms")
@@ -347,13 +362,15 @@ def create_assign(scope: Scope, supervisor_agent: str, worker_agent: str,
             "max_retries": retry_limit,
             "priority": clamp(priority, 5, 1, 9),
             "ttl_ms": rules.clamp_timeout(ttl_ms, timeout), "timeout_ms": timeout,
-            "deadline_ms": int(deadline) if deadline is not None else now + timeout,
+            "deadline_ms": (int(deadline) if deadline is not None
+                            else max(now, not_before or now) + timeout),
             "trace_id": trace_id or uuidv7(), "correlation_id": correlation_id or uuidv7(),
             "last_message_id": last_message_id, "result": result, "error": error,
             "created_at_ms": now, "updated_at_ms": now,
             "started_at_ms": now if status == "running" else None,
             "completed_at_ms": now if status in rules.TERMINAL else None,
             "last_retry_at_ms": now if retries > 0 else None,
+            "not_before_ms": not_before, "retry_backoff_ms": backoff,
         }
         job = _INSERT.inserted(uow, by_column(row), AssignJob)
         announce(uow, job)

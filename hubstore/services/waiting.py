@@ -25,10 +25,11 @@ from sqlalchemy.engine import URL
 from hubstore import signals
 from hubstore.errors import ValidationError, describe
 from hubstore.execution import Prepared, from_row
+from hubstore.ids import now_ms
 from hubstore.models import TOPIC_FEED_WHERE, AssignJob, Message, MessageLog, table_of
-from hubstore.services.assign_hub import claim_next_assign
+from hubstore.services.assign_hub import claim_next_assign, next_due_ms
 from hubstore.services.messages import feed_topics
-from hubstore.transaction import Transaction
+from hubstore.transaction import Scope, Transaction
 from hubstore.validation import as_number, require_id, string_list
 
 MAX_FEED_BATCH = 1000
@@ -129,18 +130,39 @@ def deadline_after(timeout_s: object) -> float | None:
     return None if timeout is None else time.monotonic() + timeout
 
 
-def pause(sub: signals.Subscription, deadline: float | None) -> bool:
-    """Wait for a wake-up, the watcher's re-check interval or the deadline, whichever
-    comes first; False when the deadline has passed or the store closed (time to give
-    up)."""
+def wait_s(recheck_s: float, deadline: float | None, due: float | None) -> float | None:
+    """How long a waiter sleeps: until the re-check interval, the deadline or the time
+    a scheduled job becomes due (monotonic times), whichever comes first; None when the
+    deadline has passed."""
+    now = time.monotonic()
+    wait = recheck_s
+    if deadline is not None:
+        if deadline - now <= 0:
+            return None
+        wait = min(wait, deadline - now)
+    if due is not None:
+        wait = min(wait, max(0.0, due - now))
+    return wait
+
+
+def due_at(scope: Scope, worker_agent: str) -> float | None:
+    """The monotonic time the worker's next scheduled job becomes due, or None."""
+    due_ms = next_due_ms(scope, worker_agent)
+    if due_ms is None:
+        return None
+    return time.monotonic() + max(0, due_ms - now_ms()) / 1000
+
+
+def pause(sub: signals.Subscription, deadline: float | None, due: float | None = None
+          ) -> bool:
+    """Wait for a wake-up, the watcher's re-check interval, the deadline or ``due`` (a
+    scheduled job's time), whichever comes first; False when the deadline has passed or
+    the store closed (time to give up)."""
     if sub.watcher._closed:
         return False
-    wait = sub.watcher.recheck_s
-    if deadline is not None:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            return False
-        wait = min(wait, remaining)
+    wait = wait_s(sub.watcher.recheck_s, deadline, due)
+    if wait is None:
+        return False
     sub.wait(wait)
     return not sub.watcher._closed  # the store closed: its waiters give up
 
@@ -246,9 +268,10 @@ class WaitingOps:
                 sub.clear()
                 with self.unit_of_work() as uow:
                     job = claim_next_assign(uow, worker_agent)
+                    due = None if job is not None else due_at(uow, worker_agent)
                 if job is not None:
                     return job
-                if not pause(sub, deadline):
+                if not pause(sub, deadline, due):
                     return None
 
     def message_feed(self, agent_id: str, include_topics: Iterable[str] | None = None,
