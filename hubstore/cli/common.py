@@ -110,18 +110,24 @@ def fail(action: str, url: URL, reason: str) -> NoReturn:
     raise click.ClickException(f"{action} of {shown(url)} failed: {reason}")
 
 
-def out() -> Console:
-    """The console for tables (stdout)."""
-    return Console(soft_wrap=False)
-
-
 def err() -> Console:
     """The console for progress (stderr)."""
     return Console(stderr=True)
 
 
+@contextmanager
+def writing() -> Iterator[None]:
+    """Printing to stdout: a reader that went away (``| head``) ends the command quietly."""
+    try:
+        yield
+        sys.stdout.flush()
+    except BrokenPipeError:
+        closed_stdout()
+
+
 def print_json(document: Any) -> None:
-    click.echo(json.dumps(document, ensure_ascii=False, allow_nan=False))
+    with writing():
+        click.echo(json.dumps(document, ensure_ascii=False, allow_nan=False))
 
 
 def when(ms: int | None) -> str:

@@ -1,26 +1,34 @@
-"""Looking at a hub: ``hubstore stats|agents|jobs|messages|reflexion``. Read-only."""
+"""Looking at a hub: ``hubstore stats|agents|jobs|messages|reflexion``. Read-only.
+
+Rows go to stdout as a table in a terminal and as tab-separated lines in a pipe (see
+:mod:`hubstore.cli.output`), or as one JSON document with ``--json``.
+"""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import click
-from rich.table import Table
 from sqlalchemy.engine import URL
 
 from hubstore import health
-from hubstore.cli.common import json_option, main, out, print_json, reported, url_option, when
+from hubstore.cli.common import (
+    json_option,
+    main,
+    print_json,
+    reported,
+    url_option,
+    when,
+)
+from hubstore.cli.output import Column, key, show
 from hubstore.models import ASSIGN_STATUSES, Base
 from hubstore.reflexion import lookup_solution
 from hubstore.store import HubStore
 from hubstore.uow import UnitOfWork
 
 T = TypeVar("T")
-#: A column of a table: its heading and how a row's dict gives its cell.
-Column = tuple[str, Callable[[dict[str, Any]], object]]
 
 
 @contextmanager
@@ -36,60 +44,45 @@ def _show(rows: Sequence[Base], as_json: bool, title: str, columns: list[Column]
     dicts = [row.to_dict() for row in rows]
     if as_json:
         print_json(dicts)
-        return
-    table = Table(title=f"{title} ({len(dicts)})")
-    for heading, _ in columns:
-        table.add_column(heading, overflow="fold")
-    for d in dicts:
-        table.add_row(*(_cell(get(d)) for _, get in columns))
-    out().print(table)
+    else:
+        show(title, columns, dicts)
 
 
-def _cell(value: object) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False) if isinstance(value, list | dict) else str(value)
-
-
-def _key(name: str) -> Callable[[dict[str, Any]], object]:
-    return lambda d: d.get(name)
-
-
-def _time(name: str) -> Callable[[dict[str, Any]], object]:
-    return lambda d: when(d.get(name))
+def _time(heading: str, name: str) -> Column:
+    return Column(heading, lambda d: when(d.get(name)), whole=True)
 
 
 @main.command()
 @json_option
 @url_option
 def stats(as_json: bool, url: URL) -> None:
-    """The hub's figures (get_hub_stats and get_audit_stats together)."""
+    """The hub's figures (get_hub_stats and get_audit_stats together).
+
+    Lines in a pipe: figure, value.
+    """
     with _reading("reading the figures", url) as uow:
         figures = {**uow.get_hub_stats(), **uow.get_audit_stats()}
     if as_json:
         print_json(figures)
         return
-    table = Table(title="hub figures")
-    table.add_column("figure")
-    table.add_column("value", justify="right")
-    for name, value in figures.items():
-        table.add_row(name, str(value))
-    out().print(table)
+    show("hub figures", [key("figure", "figure"), key("value", "value", right=True)],
+         [{"figure": name, "value": value} for name, value in figures.items()])
 
 
 @main.command()
 @json_option
 @url_option
 def agents(as_json: bool, url: URL) -> None:
-    """Every agent, with its status and lease."""
+    """Every agent, with its status and lease.
+
+    Lines in a pipe: agent, cli, status, topics, last seen (UTC), lease until (UTC).
+    """
     with _reading("listing the agents", url) as uow:
         rows = uow.list_all_agents()
     _show(rows, as_json, "agents", [
-        ("agent", _key("agent_id")), ("cli", _key("cli")), ("status", _key("status")),
-        ("topics", _key("topics")), ("last seen (UTC)", _time("last_seen_ms")),
-        ("lease until (UTC)", _time("lease_expires_ms"))])
+        key("agent", "agent_id"), key("cli", "cli"), key("status", "status"),
+        key("topics", "topics", whole=False), _time("last seen (UTC)", "last_seen_ms"),
+        _time("lease until (UTC)", "lease_expires_ms")])
 
 
 @main.command()
@@ -100,13 +93,16 @@ def agents(as_json: bool, url: URL) -> None:
 @json_option
 @url_option
 def jobs(status: Any, worker: str | None, limit: int, as_json: bool, url: URL) -> None:
-    """Assign jobs, most recently updated first."""
+    """Assign jobs, most recently updated first.
+
+    Lines in a pipe: job, status, worker, supervisor, task, attempt, updated (UTC).
+    """
     with _reading("listing the jobs", url) as uow:
         rows = uow.list_assigns(status=status, worker_agent=worker, limit=limit)
     _show(rows, as_json, "assign jobs", [
-        ("job", _key("job_id")), ("status", _key("status")), ("worker", _key("worker_agent")),
-        ("supervisor", _key("supervisor_agent")), ("task", _key("task")),
-        ("attempt", _key("attempt")), ("updated (UTC)", _time("updated_at_ms"))])
+        key("job", "job_id"), key("status", "status"), key("worker", "worker_agent"),
+        key("supervisor", "supervisor_agent"), key("task", "task", whole=False),
+        key("attempt", "attempt", right=True), _time("updated (UTC)", "updated_at_ms")])
 
 
 @main.command()
@@ -115,14 +111,18 @@ def jobs(status: Any, worker: str | None, limit: int, as_json: bool, url: URL) -
 @json_option
 @url_option
 def messages(agent: str, limit: int, as_json: bool, url: URL) -> None:
-    """The newest messages for AGENT (sent to it or to its topics), as it polls them."""
+    """The newest messages for AGENT (sent to it or to its topics), as it polls them.
+
+    Lines in a pipe: id, type, from, to, topic, priority, status, created (UTC), payload
+    (JSON).
+    """
     with _reading("reading the messages", url) as uow:
         rows = uow.poll_for_agent(agent, limit)
     _show(rows, as_json, f"messages for {agent}", [
-        ("id", _key("id")), ("type", _key("type")), ("from", _key("from_agent")),
-        ("to", _key("to_agent")), ("topic", _key("topic")), ("priority", _key("priority")),
-        ("status", _key("status")), ("created (UTC)", _time("created_at_ms")),
-        ("payload", _key("payload"))])
+        key("id", "id"), key("type", "type"), key("from", "from_agent"),
+        key("to", "to_agent"), key("topic", "topic"),
+        key("priority", "priority", right=True), key("status", "status"),
+        _time("created (UTC)", "created_at_ms"), key("payload", "payload", whole=False)])
 
 
 @main.command()
@@ -130,10 +130,13 @@ def messages(agent: str, limit: int, as_json: bool, url: URL) -> None:
 @json_option
 @url_option
 def reflexion(error_text: str, as_json: bool, url: URL) -> None:
-    """What the hub learned about ERROR_TEXT (lookup_solution), best first."""
+    """What the hub learned about ERROR_TEXT (lookup_solution), best first.
+
+    Lines in a pipe: id, pattern, solution, confidence, hits, successes.
+    """
     with _reading("looking up the error", url) as uow:
         entries = lookup_solution(uow, error_text).entries
     _show(entries, as_json, "reflexion entries", [
-        ("id", _key("id")), ("pattern", _key("error_pattern")),
-        ("solution", _key("solution")), ("confidence", _key("confidence")),
-        ("hits", _key("hit_count")), ("successes", _key("success_count"))])
+        key("id", "id"), key("pattern", "error_pattern", whole=False),
+        key("solution", "solution", whole=False), key("confidence", "confidence", right=True),
+        key("hits", "hit_count", right=True), key("successes", "success_count", right=True)])
