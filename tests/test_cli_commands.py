@@ -389,7 +389,8 @@ def test_jobs_refuses_an_unknown_status(db_url: URL, read_only: None) -> None:
 
 def test_messages(db_url: URL, busy_hub: HubStore, read_only: None) -> None:
     run = hubstore("messages", "--agent", "codex-1", "--limit", "3", "--json", url=db_url)
-    assert (run.returncode, run.stderr) == (0, "")
+    assert (run.returncode, run.stderr) == (
+        0, "note: rows 1-3 shown; more follow: hubstore messages ... --offset 3\n")
     polled = busy_hub.poll_for_agent("codex-1", 3)
     assert len(polled) == 3 and json.loads(run.stdout) == _documents(polled)
     lines = hubstore("messages", "--agent", "codex-1", url=db_url).stdout.splitlines()
@@ -705,6 +706,67 @@ def test_a_terminal_table_never_splits_an_id(db_url: URL, wordy_hub: HubStore,
     assert "[red]not markup[/red]" in messages  # data, not rich markup
     for message in wordy_hub.poll_for_agent("codex-1"):
         assert re.search(rf"^id +{message.id} *$", messages, re.MULTILINE)
+
+
+def _created_jobs(store: HubStore, count: int) -> list[str]:
+    """``count`` new jobs; their ids in list_assigns' order (at most its 100)."""
+    with store.unit_of_work() as uow:
+        for i in range(count):
+            uow.create_assign("lead", "codex-1", task=f"t{i}")
+    return [job.job_id for job in store.list_assigns(limit=100)]
+
+
+def test_jobs_page_with_offset(db_url: URL, store: HubStore) -> None:
+    newest = _created_jobs(store, 7)
+    assert len(newest) == 7
+    pages, notes = [], []
+    for offset in (0, 3, 6):
+        run = hubstore("jobs", "--limit", "3", "--offset", str(offset), url=db_url)
+        assert run.returncode == 0
+        pages.append([line.split("\t")[0] for line in run.stdout.splitlines()])
+        notes.append(run.stderr)
+    assert pages == [newest[0:3], newest[3:6], newest[6:7]]
+    assert notes == ["note: rows 1-3 shown; more follow: hubstore jobs ... --offset 3\n",
+                     "note: rows 4-6 shown; more follow: hubstore jobs ... --offset 6\n", ""]
+    run = hubstore("jobs", "--limit", "2", "--offset", "5", "--json", url=db_url)
+    assert [job["job_id"] for job in json.loads(run.stdout)] == newest[5:7]
+    assert hubstore("jobs", "--offset", "7", url=db_url).stdout == ""
+    bad = hubstore("jobs", "--offset", "-1", url=db_url)
+    assert bad.returncode == 2 and "'--offset'" in bad.stderr
+
+
+def test_jobs_say_so_at_the_stores_100(db_url: URL, store: HubStore) -> None:
+    """list_assigns returns at most 100 jobs: the last page says so, past it is refused."""
+    newest = _created_jobs(store, 105)
+    assert len(newest) == 100
+    run = hubstore("jobs", "--offset", "95", "--limit", "10", url=db_url)
+    assert run.returncode == 0
+    assert [line.split("\t")[0] for line in run.stdout.splitlines()] == newest[95:]
+    assert run.stderr == (
+        "note: rows 96-100 shown, the last the store lists: it returns only the 100 most "
+        "recently updated jobs, and more may match; narrow them with --status or --worker\n")
+    past = hubstore("jobs", "--offset", "100", url=db_url)
+    assert (past.returncode, past.stdout) == (2, "")
+    assert past.stderr == (
+        "Error: --offset 100 is past what `hubstore jobs` can show: the store lists only "
+        "the 100 most recently updated jobs; narrow them with --status or --worker\n")
+    over = hubstore("jobs", "--limit", "101", url=db_url)
+    assert over.returncode == 2 and "101 is not in the range 1<=x<=100" in over.stderr
+
+
+def test_messages_page_with_offset(db_url: URL, busy_hub: HubStore, read_only: None) -> None:
+    newest = [m.id for m in busy_hub.poll_for_agent("codex-1", 20)]
+    assert len(newest) == 5
+    first = hubstore("messages", "--agent", "codex-1", "--limit", "2", url=db_url)
+    second = hubstore("messages", "--agent", "codex-1", "--limit", "2", "--offset", "2",
+                      "--json", url=db_url)
+    last = hubstore("messages", "--agent", "codex-1", "--limit", "2", "--offset", "4",
+                    url=db_url)
+    assert [line.split("\t")[0] for line in first.stdout.splitlines()] == newest[:2]
+    assert [m["id"] for m in json.loads(second.stdout)] == newest[2:4]
+    assert [line.split("\t")[0] for line in last.stdout.splitlines()] == newest[4:]
+    assert second.stderr.endswith("more follow: hubstore messages ... --offset 4\n")
+    assert last.stderr == ""
 
 
 def test_a_reader_that_goes_away_ends_the_command_quietly(db_url: URL, busy_hub: HubStore,

@@ -1,12 +1,16 @@
 """Looking at a hub: ``hubstore stats|agents|jobs|messages|reflexion``. Read-only.
 
 Rows go to stdout as a table in a terminal and as tab-separated lines in a pipe (see
-:mod:`hubstore.cli.output`), or as one JSON document with ``--json``.
+:mod:`hubstore.cli.output`), or as one JSON document with ``--json``. ``jobs`` and
+``messages`` page with ``--limit`` and ``--offset`` inside the rows the store lists
+(list_assigns and poll_for_agent return at most the first 100); a note on stderr says when
+more rows follow, or when the store's 100 were reached.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import logging
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -15,6 +19,7 @@ from sqlalchemy.engine import URL
 
 from hubstore import health
 from hubstore.cli.common import (
+    UsageFailure,
     json_option,
     main,
     print_json,
@@ -29,6 +34,9 @@ from hubstore.store import HubStore
 from hubstore.uow import UnitOfWork
 
 T = TypeVar("T")
+log = logging.getLogger("hubstore.cli")
+#: The most rows list_assigns and poll_for_agent return: --offset and --limit page inside.
+STORE_WINDOW = 100
 
 
 @contextmanager
@@ -50,6 +58,47 @@ def _show(rows: Sequence[Base], as_json: bool, title: str, columns: list[Column]
 
 def _time(heading: str, name: str) -> Column:
     return Column(heading, lambda d: when(d.get(name)), whole=True)
+
+
+def limit_option(default: int, what: str) -> Callable[[Any], Any]:
+    return click.option(
+        "--limit", type=click.IntRange(1, STORE_WINDOW), default=default, show_default=True,
+        help=f"Show at most this many {what} (1..{STORE_WINDOW}).")
+
+
+def offset_option(what: str) -> Callable[[Any], Any]:
+    return click.option(
+        "--offset", type=click.IntRange(min=0), default=0, show_default=True,
+        help=f"Skip this many {what} first (the next page: --offset plus --limit). The "
+             f"store lists the first {STORE_WINDOW} only.")
+
+
+def _page(fetch: Callable[[int], list[T]], offset: int, limit: int, command: str,
+          listed: str, narrower: str) -> tuple[list[T], str | None]:
+    """Rows ``offset+1 .. offset+limit`` of what the store lists (at most its first
+    STORE_WINDOW), asking it for one row more when it can, to know whether more follow;
+    with the note for stderr when more follow, or when the store's window was reached."""
+    if offset >= STORE_WINDOW:
+        raise UsageFailure(
+            f"--offset {offset} is past what `hubstore {command}` can show: the store "
+            f"lists only the {STORE_WINDOW} {listed}{narrower}")
+    got = fetch(min(offset + limit + 1, STORE_WINDOW))
+    rows = got[offset:offset + limit]
+    log.info("%s: the store listed %d row(s); rows %d-%d shown", command, len(got),
+             offset + 1, offset + len(rows))
+    shown_rows = f"rows {offset + 1}-{offset + len(rows)} shown"
+    if len(got) > offset + limit:
+        return rows, (f"note: {shown_rows}; more follow: hubstore {command} ... --offset "
+                      f"{offset + limit}")
+    if len(got) == STORE_WINDOW:
+        return rows, (f"note: {shown_rows}, the last the store lists: it returns only "
+                      f"the {STORE_WINDOW} {listed}, and more may match{narrower}")
+    return rows, None
+
+
+def _note(note: str | None) -> None:
+    if note is not None:
+        click.echo(note, err=True)
 
 
 @main.command()
@@ -89,40 +138,49 @@ def agents(as_json: bool, url: URL) -> None:
 @click.option("--status", type=click.Choice(ASSIGN_STATUSES), default=None,
               help="Only jobs with this status.")
 @click.option("--worker", default=None, metavar="AGENT", help="Only this worker's jobs.")
-@click.option("--limit", type=click.IntRange(1, 100), default=50, show_default=True)
+@limit_option(50, "jobs")
+@offset_option("jobs")
 @json_option
 @url_option
-def jobs(status: Any, worker: str | None, limit: int, as_json: bool, url: URL) -> None:
+def jobs(status: Any, worker: str | None, limit: int, offset: int, as_json: bool,
+         url: URL) -> None:
     """Assign jobs, most recently updated first.
 
     Lines in a pipe: job, status, worker, supervisor, task, attempt, updated (UTC).
     """
     with _reading("listing the jobs", url) as uow:
-        rows = uow.list_assigns(status=status, worker_agent=worker, limit=limit)
+        rows, note = _page(
+            lambda n: uow.list_assigns(status=status, worker_agent=worker, limit=n),
+            offset, limit, "jobs", "most recently updated jobs",
+            "; narrow them with --status or --worker")
     _show(rows, as_json, "assign jobs", [
         key("job", "job_id"), key("status", "status"), key("worker", "worker_agent"),
         key("supervisor", "supervisor_agent"), key("task", "task", whole=False),
         key("attempt", "attempt", right=True), _time("updated (UTC)", "updated_at_ms")])
+    _note(note)
 
 
 @main.command()
 @click.option("--agent", required=True, metavar="AGENT", help="Whose messages.")
-@click.option("--limit", type=click.IntRange(1, 100), default=20, show_default=True)
+@limit_option(20, "messages")
+@offset_option("messages")
 @json_option
 @url_option
-def messages(agent: str, limit: int, as_json: bool, url: URL) -> None:
+def messages(agent: str, limit: int, offset: int, as_json: bool, url: URL) -> None:
     """The newest messages for AGENT (sent to it or to its topics), as it polls them.
 
     Lines in a pipe: id, type, from, to, topic, priority, status, created (UTC), payload
     (JSON).
     """
     with _reading("reading the messages", url) as uow:
-        rows = uow.poll_for_agent(agent, limit)
+        rows, note = _page(lambda n: uow.poll_for_agent(agent, n), offset, limit,
+                           "messages", f"newest messages for {agent}", "")
     _show(rows, as_json, f"messages for {agent}", [
         key("id", "id"), key("type", "type"), key("from", "from_agent"),
         key("to", "to_agent"), key("topic", "topic"),
         key("priority", "priority", right=True), key("status", "status"),
         _time("created (UTC)", "created_at_ms"), key("payload", "payload", whole=False)])
+    _note(note)
 
 
 @main.command()
