@@ -769,6 +769,49 @@ def test_messages_page_with_offset(db_url: URL, busy_hub: HubStore, read_only: N
     assert last.stderr == ""
 
 
+def test_db_current_heads_history_check_json(db_url: URL) -> None:
+    shown = db_url.render_as_string(hide_password=True)
+    run = hubstore("db", "current", "--json", url=db_url)
+    assert (run.returncode, run.stderr) == (0, "")
+    assert json.loads(run.stdout) == {"url": shown, "revision": HEAD, "head": HEAD,
+                                      "at_head": True}
+    assert json.loads(hubstore("db", "heads", "--json", url=db_url).stdout) == [
+        {"revision": HEAD, "current": True}]
+    history = json.loads(hubstore("db", "history", "--json", url=db_url).stdout)
+    walked = list(reversed(list(migrations.script_directory().walk_revisions())))
+    assert [(r["revision"], r["down_revision"]) for r in history] == [
+        (r.revision, r.down_revision) for r in walked]
+    assert [r["revision"] for r in history if r["current"] or r["head"]] == [HEAD]
+    assert history[0]["title"].startswith("The reference's schema version 3")
+    check = hubstore("db", "check", "--json", url=db_url)
+    assert (check.returncode, check.stderr) == (0, "")
+    assert json.loads(check.stdout) == {"url": shown, "healthy": True, "head": HEAD,
+                                        "findings": []}
+
+    sql(db_url, "DROP INDEX idx_agents_status")
+    sick = hubstore("db", "check", "--json", url=db_url)
+    assert sick.returncode == 1
+    assert json.loads(sick.stdout) == {
+        "url": shown, "healthy": False, "head": HEAD,
+        "findings": ["schema: index missing from the database: agents.idx_agents_status"]}
+
+    assert hubstore("db", "downgrade", "0003", url=db_url).returncode == 0
+    behind = json.loads(hubstore("db", "current", "--json", url=db_url).stdout)
+    assert behind == {"url": shown, "revision": "0003", "head": HEAD, "at_head": False}
+    assert hubstore("db", "downgrade", "base", "--yes", url=db_url).returncode == 0
+    base = json.loads(hubstore("db", "current", "--json", url=db_url).stdout)
+    assert base["revision"] is None and base["at_head"] is False
+    assert not any(r["current"] for r in json.loads(
+        hubstore("db", "history", "--json", url=db_url).stdout))
+
+
+def test_db_json_of_a_missing_file_is_an_error_line(tmp_path: Path) -> None:
+    for command in ("current", "heads", "history", "check"):
+        run = hubstore("db", command, "--json", "--url", f"sqlite:///{tmp_path / 'no.db'}")
+        assert (run.returncode, run.stdout) == (1, "")
+        assert run.stderr.endswith(f"there is no SQLite database at {tmp_path / 'no.db'}\n")
+
+
 def test_a_reader_that_goes_away_ends_the_command_quietly(db_url: URL, busy_hub: HubStore,
                                                           read_only: None) -> None:
     """``hubstore jobs | head -0``: the first write finds the pipe closed: status 141, as

@@ -17,7 +17,9 @@ from hubstore.cli.common import (
     UsageFailure,
     err,
     exit_with,
+    json_option,
     main,
+    print_json,
     reported,
     shown,
     url_option,
@@ -143,59 +145,105 @@ def stamp(revision: str, url: URL) -> None:
         click.echo(f"{shown(url)}: stamped {after} (was {before}); no migration ran")
 
 
+def _heads() -> tuple[str, ...]:
+    return tuple(migrations.script_directory().get_heads())
+
+
 def _marks(revision: str, at: str | None) -> str:
-    marks = [m for m, on in (("head", revision in migrations.script_directory().get_heads()),
-                             ("current", revision == at)) if on]
+    marks = [m for m, on in (("head", revision in _heads()), ("current", revision == at)) if on]
     return "".join(f" ({m})" for m in marks)
 
 
+def _or_none(revision: str) -> str | None:
+    """A revision for JSON: null for "base" (no revision), as migrations.current says."""
+    return None if revision == "base" else revision
+
+
 @db.command()
+@json_option
 @url_option
-def current(url: URL) -> None:
-    """Print the database's revision ("base" when it has none)."""
+def current(as_json: bool, url: URL) -> None:
+    """Print the database's revision ("base" when it has none).
+
+    --json: {"url", "revision" (null when none), "head", "at_head"}.
+    """
     revision, head = _existing_revision(url), migrations.head()
+    if as_json:
+        print_json({"url": shown(url), "revision": _or_none(revision), "head": head,
+                    "at_head": revision == head})
+        return
     click.echo(f"{revision} {'(head)' if revision == head else f'(head is {head})'}")
 
 
 @db.command()
+@json_option
 @url_option
-def heads(url: URL) -> None:
-    """Print the head revision(s) of this hubstore, marking the database's own."""
+def heads(as_json: bool, url: URL) -> None:
+    """Print the head revision(s) of this hubstore, marking the database's own.
+
+    --json: an array of {"revision", "current"}.
+    """
     at = _existing_revision(url)
-    for rev in migrations.script_directory().get_heads():
+    if as_json:
+        print_json([{"revision": rev, "current": rev == at} for rev in _heads()])
+        return
+    for rev in _heads():
         click.echo(f"{rev}{_marks(rev, at)}")
 
 
 @db.command()
+@json_option
 @url_option
-def history(url: URL) -> None:
-    """List the revisions, oldest first, marking the database's own."""
+def history(as_json: bool, url: URL) -> None:
+    """List the revisions, oldest first, marking the database's own.
+
+    --json: an array, oldest first, of {"revision", "down_revision", "title", "head",
+    "current"}.
+    """
     at = _existing_revision(url)
     script = migrations.script_directory()
-    for rev in reversed(list(script.walk_revisions())):
-        title = rev.doc.splitlines()[0] if rev.doc else ""
-        click.echo(f"{rev.revision}  {title}{_marks(rev.revision, at)}")
+    revisions = list(reversed(list(script.walk_revisions())))
+    if as_json:
+        print_json([{"revision": rev.revision, "down_revision": rev.down_revision,
+                     "title": _title(rev.doc), "head": rev.revision in _heads(),
+                     "current": rev.revision == at} for rev in revisions])
+        return
+    for rev in revisions:
+        click.echo(f"{rev.revision}  {_title(rev.doc)}{_marks(rev.revision, at)}")
     if at == "base":
         click.echo(f"({shown(url)} has no revision yet)")
 
 
+def _title(doc: str | None) -> str:
+    return doc.splitlines()[0] if doc else ""
+
+
 @db.command()
+@json_option
 @url_option
-def check(url: URL) -> None:
+def check(as_json: bool, url: URL) -> None:
     """Check the database's health, reading only; exit 1 with one finding a line.
 
     SQLite: integrity_check and foreign_key_check. Both dialects: CHECK constraints,
     the revision at head, the models and the schema in agreement, the figures equal
     to counting the rows.
+
+    --json: {"url", "healthy", "head", "findings" (one string each)}; exit 1 when not
+    healthy, as without it.
     """
     _existing(url)
     with reported("check", url):
         findings = health.check(url)
-    for finding in findings:
-        click.echo(finding)
+    if as_json:
+        print_json({"url": shown(url), "healthy": not findings, "head": migrations.head(),
+                    "findings": findings})
+    else:
+        for finding in findings:
+            click.echo(finding)
+        if not findings:
+            click.echo(f"{shown(url)}: healthy (revision {migrations.head()})")
     if findings:
         exit_with(1)
-    click.echo(f"{shown(url)}: healthy (revision {migrations.head()})")
 
 
 @db.command()
