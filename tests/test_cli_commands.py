@@ -812,6 +812,30 @@ def test_db_json_of_a_missing_file_is_an_error_line(tmp_path: Path) -> None:
         assert run.stderr.endswith(f"there is no SQLite database at {tmp_path / 'no.db'}\n")
 
 
+def test_verbose_logs_on_stderr_only(db_url: URL, busy_hub: HubStore, read_only: None) -> None:
+    quiet = hubstore("stats", url=db_url)
+    assert quiet.stderr == ""
+    shown = db_url.render_as_string(hide_password=True)
+    for args in (["-v", "stats"], ["stats", "-v"], ["stats", "--verbose"]):
+        run = hubstore(*args, url=db_url)
+        assert run.returncode == 0 and run.stdout == quiet.stdout
+        assert f" INFO hubstore.cli: reading the figures ({shown})\n" in run.stderr
+        assert " INFO hubstore.cli: reading the figures: done in " in run.stderr
+        assert "sqlalchemy.engine" not in run.stderr
+    debug = hubstore("-v", "jobs", "-v", url=db_url)  # -v twice: -vv
+    assert debug.stdout == hubstore("jobs", url=db_url).stdout
+    assert "INFO hubstore.cli: jobs: the store listed 4 row(s); rows 1-4 shown" in debug.stderr
+    assert "INFO sqlalchemy.engine.Engine: SELECT " in debug.stderr
+
+
+def test_verbose_upgrade_shows_alembic_steps(empty_url: URL) -> None:
+    run = hubstore("db", "upgrade", "-v", url=empty_url)
+    assert run.returncode == 0
+    assert "INFO alembic.runtime.migration: Running upgrade  -> 0001" in run.stderr
+    assert f"Running upgrade {migrations.script_directory().get_revision(HEAD).down_revision}"\
+           f" -> {HEAD}" in run.stderr
+
+
 def test_a_reader_that_goes_away_ends_the_command_quietly(db_url: URL, busy_hub: HubStore,
                                                           read_only: None) -> None:
     """``hubstore jobs | head -0``: the first write finds the pipe closed: status 141, as

@@ -15,14 +15,15 @@ from hubstore import health, migrations
 from hubstore.cli.common import (
     Duration,
     UsageFailure,
+    command_options,
     err,
     exit_with,
+    group_options,
     json_option,
     main,
     print_json,
     reported,
     shown,
-    url_option,
 )
 from hubstore.engine import sqlite_path
 from hubstore.store import HubStore
@@ -32,6 +33,7 @@ ADOPTED_SCHEMA = {rev: version for version, rev in migrations.LEGACY_REVISIONS.i
 
 
 @main.group()
+@group_options
 def db() -> None:
     """Migrate, check, back up and prune the hub database."""
 
@@ -57,7 +59,7 @@ def _existing_revision(url: URL) -> str:
 @click.argument("revision", default="head")
 @click.option("--sql", is_flag=True,
               help="Print the SQL instead of running it (no database is opened).")
-@url_option
+@command_options
 def upgrade(revision: str, sql: bool, url: URL) -> None:
     """Migrate up to REVISION (default: head), adopting a triflux database first."""
     if sql:
@@ -112,7 +114,7 @@ def _make_folders(url: URL) -> None:
 @db.command()
 @click.argument("revision")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before removing every hub table.")
-@url_option
+@command_options
 def downgrade(revision: str, yes: bool, url: URL) -> None:
     """Migrate down to REVISION ("base" removes every hub table and its rows)."""
     before = _existing_revision(url)
@@ -132,7 +134,7 @@ def downgrade(revision: str, yes: bool, url: URL) -> None:
 
 @db.command()
 @click.argument("revision")
-@url_option
+@command_options
 def stamp(revision: str, url: URL) -> None:
     """Record REVISION as the database's revision without migrating anything."""
     before = _existing_revision(url)
@@ -161,7 +163,7 @@ def _or_none(revision: str) -> str | None:
 
 @db.command()
 @json_option
-@url_option
+@command_options
 def current(as_json: bool, url: URL) -> None:
     """Print the database's revision ("base" when it has none).
 
@@ -177,7 +179,7 @@ def current(as_json: bool, url: URL) -> None:
 
 @db.command()
 @json_option
-@url_option
+@command_options
 def heads(as_json: bool, url: URL) -> None:
     """Print the head revision(s) of this hubstore, marking the database's own.
 
@@ -193,7 +195,7 @@ def heads(as_json: bool, url: URL) -> None:
 
 @db.command()
 @json_option
-@url_option
+@command_options
 def history(as_json: bool, url: URL) -> None:
     """List the revisions, oldest first, marking the database's own.
 
@@ -220,7 +222,7 @@ def _title(doc: str | None) -> str:
 
 @db.command()
 @json_option
-@url_option
+@command_options
 def check(as_json: bool, url: URL) -> None:
     """Check the database's health, reading only; exit 1 with one finding a line.
 
@@ -249,7 +251,7 @@ def check(as_json: bool, url: URL) -> None:
 @db.command()
 @click.argument("dest", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--force", is_flag=True, help="Replace DEST if it exists.")
-@url_option
+@command_options
 def backup(dest: Path, force: bool, url: URL) -> None:
     """Copy the SQLite database to DEST (a file), consistently, while writers go on.
 
@@ -303,7 +305,7 @@ def _online_backup(source: Path, dest: Path) -> int:
               help="Delete messages older than this: 30d, 12h, 15m or 45s.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=1000, show_default=True,
               help="Messages deleted per transaction.")
-@url_option
+@command_options
 def prune(older_than: int, batch_size: int, url: URL) -> None:
     """Delete old messages with their inbox rows and dead letters; print how many."""
     _existing(url)

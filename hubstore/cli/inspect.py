@@ -20,11 +20,11 @@ from sqlalchemy.engine import URL
 from hubstore import health
 from hubstore.cli.common import (
     UsageFailure,
+    command_options,
     json_option,
     main,
     print_json,
     reported,
-    url_option,
     when,
 )
 from hubstore.cli.output import Column, key, show
@@ -103,7 +103,7 @@ def _note(note: str | None) -> None:
 
 @main.command()
 @json_option
-@url_option
+@command_options
 def stats(as_json: bool, url: URL) -> None:
     """The hub's figures (get_hub_stats and get_audit_stats together).
 
@@ -120,7 +120,7 @@ def stats(as_json: bool, url: URL) -> None:
 
 @main.command()
 @json_option
-@url_option
+@command_options
 def agents(as_json: bool, url: URL) -> None:
     """Every agent, with its status and lease.
 
@@ -141,7 +141,7 @@ def agents(as_json: bool, url: URL) -> None:
 @limit_option(50, "jobs")
 @offset_option("jobs")
 @json_option
-@url_option
+@command_options
 def jobs(status: Any, worker: str | None, limit: int, offset: int, as_json: bool,
          url: URL) -> None:
     """Assign jobs, most recently updated first.
@@ -165,7 +165,7 @@ def jobs(status: Any, worker: str | None, limit: int, offset: int, as_json: bool
 @limit_option(20, "messages")
 @offset_option("messages")
 @json_option
-@url_option
+@command_options
 def messages(agent: str, limit: int, offset: int, as_json: bool, url: URL) -> None:
     """The newest messages for AGENT (sent to it or to its topics), as it polls them.
 
@@ -186,7 +186,7 @@ def messages(agent: str, limit: int, offset: int, as_json: bool, url: URL) -> No
 @main.command()
 @click.argument("error_text")
 @json_option
-@url_option
+@command_options
 def reflexion(error_text: str, as_json: bool, url: URL) -> None:
     """What the hub learned about ERROR_TEXT (lookup_solution), best first.
 
