@@ -836,6 +836,43 @@ def test_verbose_upgrade_shows_alembic_steps(empty_url: URL) -> None:
            f" -> {HEAD}" in run.stderr
 
 
+def test_url_before_the_command(db_url: URL, busy_hub: HubStore, read_only: None,
+                                tmp_path: Path) -> None:
+    url = db_url.render_as_string(hide_password=False)
+    figures = {**busy_hub.get_hub_stats(), **busy_hub.get_audit_stats()}
+    run = hubstore("--url", url, "stats", "--json")
+    assert (run.returncode, run.stderr) == (0, "")
+    assert json.loads(run.stdout) == figures
+    elsewhere = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    ahead_of_env = subprocess.run(
+        [sys.executable, "-m", "hubstore", "--url", url, "db", "check"], capture_output=True,
+        text=True, env=ENV | {ENV_URL: elsewhere}, timeout=300, check=False)
+    assert ahead_of_env.returncode == 0, ahead_of_env.stderr
+    assert hubstore("db", "--url", url, "current").stdout == f"{HEAD} (head)\n"
+    after_wins = hubstore("--url", url, "stats", "--url", elsewhere)  # the command's own
+    assert after_wins.returncode == 1
+    assert after_wins.stderr.endswith(f"there is no SQLite database at "
+                                      f"{tmp_path / 'elsewhere.db'}\n")
+    assert not (tmp_path / "elsewhere.db").exists()
+
+
+def test_an_option_before_its_command_is_answered_with_the_fix() -> None:
+    def console_script(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([BIN / "hubstore", *args], capture_output=True, text=True,
+                              env=ENV, check=False, timeout=60)
+
+    run = console_script("--json", "stats")
+    assert (run.returncode, run.stdout) == (2, "")
+    assert run.stderr.endswith(
+        "Error: No such option '--json'. --json is an option of `hubstore stats`: write it "
+        "after the command (hubstore stats --json ...).\n")
+    run = console_script("db", "--json", "check")
+    assert run.returncode == 2
+    assert "(hubstore db check --json ...)" in run.stderr
+    bad = hubstore("--url", "hub.db", "stats")
+    assert bad.returncode == 2 and "(did you mean sqlite:///hub.db?)" in bad.stderr
+
+
 def test_a_reader_that_goes_away_ends_the_command_quietly(db_url: URL, busy_hub: HubStore,
                                                           read_only: None) -> None:
     """``hubstore jobs | head -0``: the first write finds the pipe closed: status 141, as

@@ -1,4 +1,4 @@
-"""What every command shares: the top group, ``--url``, ``-v`` (before or after the
+"""What every command shares: the top group, ``--url`` and ``-v`` (before or after the
 command), durations, and one-line errors."""
 
 from __future__ import annotations
@@ -24,12 +24,16 @@ from hubstore.engine import ENV_URL, default_url, resolve_url
 from hubstore.errors import HubStoreError
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
-URL_HELP = f"SQLAlchemy URL of the hub database [default: ${ENV_URL}, else {default_url()}]"
+URL_HELP = (f"SQLAlchemy URL of the hub database [default: --url before the command, else "
+            f"${ENV_URL}, else {default_url()}]")
+GROUP_URL_HELP = (f"SQLAlchemy URL of the hub database, for every command below (a --url "
+                  f"after the command wins) [default: ${ENV_URL}, else {default_url()}]")
 VERBOSE_HELP = ("Log what hubstore does on stderr: -v the steps (INFO), -vv also every SQL "
                 "statement (DEBUG). Before or after the command; the counts add up.")
 _DURATION = re.compile(r"^\s*(\d+)\s*([dhms])\s*$")
 _UNIT_MS = {"d": 86_400_000, "h": 3_600_000, "m": 60_000, "s": 1_000}
-#: ctx.meta key (ctx.meta is shared by a command's context and its groups' contexts).
+#: ctx.meta keys (ctx.meta is shared by a command's context and its groups' contexts).
+_URL_KEY = "hubstore.url"
 _VERBOSE_KEY = "hubstore.verbosity"
 
 log = logging.getLogger("hubstore.cli")
@@ -41,9 +45,53 @@ class UsageFailure(click.ClickException):
     exit_code = 2
 
 
-def _command_url(_ctx: click.Context, _param: click.Parameter, value: str | None) -> URL:
-    """A command's --url, else $HUBSTORE_URL, else the embedded default."""
-    return _resolve(value)
+class HubGroup(click.Group):
+    """A group whose "no such option" names the command an option belongs to: ``hubstore
+    --json stats`` is answered with ``hubstore stats --json``. Its subgroups are HubGroups."""
+
+    group_class = type
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            hint = self._placement_hint(ctx, exc.option_name, args)
+            if not hint:
+                raise
+            raise click.UsageError(f"{exc.message} {hint}", ctx) from None
+
+    def _placement_hint(self, ctx: click.Context, option: str, args: list[str]) -> str:
+        """Where ``option`` belongs, when a command named later in ``args`` takes it."""
+        group: click.Command = self
+        path = [ctx.command_path]
+        for arg in args:
+            sub = getattr(group, "commands", {}).get(arg)
+            if sub is None:
+                continue
+            group = sub
+            path.append(arg)
+            if any(option in p.opts or option in p.secondary_opts
+                   for p in sub.params if isinstance(p, click.Option)):
+                where = " ".join(path)
+                return (f"{option} is an option of `{where}`: write it after the command "
+                        f"({where} {option} ...).")
+        return ""
+
+
+def _group_url(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    """A group's --url: kept for the command below, which uses it unless it has its own."""
+    if value is not None:
+        ctx.meta[_URL_KEY] = _resolve(value)
+
+
+def _command_url(ctx: click.Context, _param: click.Parameter, value: str | None) -> URL:
+    """A command's --url, else a group's, else $HUBSTORE_URL, else the embedded default."""
+    if value is not None:
+        return _resolve(value)
+    given: URL | None = ctx.meta.get(_URL_KEY)
+    if given is not None:
+        return given
+    return _resolve(None)
 
 
 def _resolve(value: str | None) -> URL:
@@ -93,18 +141,20 @@ def _verbose() -> Callable[[Any], Any]:
 
 
 def group_options(function: Any) -> Any:
-    """-v on a group: it applies to the command named after it."""
+    """--url and -v on a group: they apply to the command named after them."""
+    function = click.option("--url", default=None, metavar="URL", expose_value=False,
+                            callback=_group_url, help=GROUP_URL_HELP)(function)
     return _verbose()(function)
 
 
-@click.group(context_settings=CONTEXT)
+@click.group(cls=HubGroup, context_settings=CONTEXT)
 @click.version_option(package_name="hubstore")
 @group_options
 def main() -> None:
     """hubstore: the triflux hub store on SQLite and PostgreSQL.
 
-    -v may be written before the command (hubstore -v stats) or after it (hubstore stats
-    -v).
+    --url and -v may be written before the command (hubstore --url URL stats) or after
+    it (hubstore stats --url URL).
     """
 
 
