@@ -4,14 +4,21 @@ PostgreSQL where the command applies; output and exit status checked."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import pty
+import re
+import shlex
 import sqlite3
+import struct
 import subprocess
 import sys
+import termios
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +45,9 @@ BIN = Path(sys.executable).parent
 HEAD = migrations.head()
 DAY = 86_400_000
 ERROR = "TypeError: Cannot read property 'x' of undefined"
-# Wide enough that rich never folds a cell (ids are 36 characters), and no colour codes.
+# As users pipe it (issue 26): 80 columns, stdout a pipe, no colour codes.
 ENV = {k: v for k, v in os.environ.items() if k != ENV_URL} | {
-    "COLUMNS": "300", "NO_COLOR": "1", "TERM": "dumb"}
+    "COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb"}
 
 
 def hubstore(*args: str, url: URL | None = None, stdin: str = "",
@@ -341,19 +348,20 @@ def test_stats(db_url: URL, busy_hub: HubStore, read_only: None) -> None:
     assert (run.returncode, run.stderr) == (0, "")
     assert json.loads(run.stdout) == figures
     assert figures["total_messages"] == 5 and figures["assign_running"] == 2
-    table = hubstore("stats", url=db_url)
-    assert table.returncode == 0 and "hub figures" in table.stdout
-    rows = {line.split("│")[1].strip(): line.split("│")[2].strip()
-            for line in table.stdout.splitlines() if line.count("│") == 3}
-    assert rows == {name: str(value) for name, value in figures.items()}
+    lines = hubstore("stats", url=db_url)  # piped: "figure<TAB>value" lines
+    assert lines.returncode == 0
+    assert [line.split("\t") for line in lines.stdout.splitlines()] == [
+        [name, str(value)] for name, value in figures.items()]
 
 
 def test_agents(db_url: URL, busy_hub: HubStore, read_only: None) -> None:
     run = hubstore("agents", "--json", url=db_url)
     assert (run.returncode, run.stderr) == (0, "")
     assert json.loads(run.stdout) == _documents(busy_hub.list_all_agents())
-    table = hubstore("agents", url=db_url).stdout
-    assert "agents (2)" in table and "codex-1" in table and '["t.a"]' in table
+    lines = hubstore("agents", url=db_url).stdout.splitlines()
+    assert len(lines) == 2
+    codex = next(line.split("\t") for line in lines if line.startswith("codex-1\t"))
+    assert codex[:4] == ["codex-1", "codex", "online", '["t.a"]']
 
 
 @pytest.mark.parametrize(("options", "expected"), [
@@ -369,10 +377,9 @@ def test_jobs(db_url: URL, busy_hub: HubStore, read_only: None, options: list[st
     run = hubstore("jobs", *options, "--json", url=db_url)
     assert (run.returncode, run.stderr) == (0, "")
     assert json.loads(run.stdout) == _documents(jobs)
-    table = hubstore("jobs", *options, url=db_url).stdout
-    assert f"assign jobs ({expected})" in table
-    everyone = busy_hub.list_assigns()
-    assert {j.job_id for j in everyone if j.job_id in table} == {j.job_id for j in jobs}
+    lines = hubstore("jobs", *options, url=db_url).stdout.splitlines()
+    assert [line.split("\t")[:3] for line in lines] == [
+        [j.job_id, j.status, j.worker_agent] for j in jobs]
 
 
 def test_jobs_refuses_an_unknown_status(db_url: URL, read_only: None) -> None:
@@ -382,12 +389,13 @@ def test_jobs_refuses_an_unknown_status(db_url: URL, read_only: None) -> None:
 
 def test_messages(db_url: URL, busy_hub: HubStore, read_only: None) -> None:
     run = hubstore("messages", "--agent", "codex-1", "--limit", "3", "--json", url=db_url)
-    assert (run.returncode, run.stderr) == (0, "")
+    assert (run.returncode, run.stderr) == (
+        0, "note: rows 1-3 shown; more follow: hubstore messages ... --offset 3\n")
     polled = busy_hub.poll_for_agent("codex-1", 3)
     assert len(polled) == 3 and json.loads(run.stdout) == _documents(polled)
-    table = hubstore("messages", "--agent", "codex-1", url=db_url).stdout
-    assert "messages for codex-1 (5)" in table  # its 4 and its topic's 1
-    assert all(m.id in table for m in busy_hub.poll_for_agent("codex-1", 20))
+    lines = hubstore("messages", "--agent", "codex-1", url=db_url).stdout.splitlines()
+    assert [line.split("\t")[0] for line in lines] == [  # its 4 and its topic's 1
+        m.id for m in busy_hub.poll_for_agent("codex-1", 20)]
     again = hubstore("messages", "--agent", "codex-1", "--limit", "3", "--json", url=db_url)
     assert again.stdout == run.stdout  # polling marks nothing: the same newest messages
 
@@ -398,8 +406,9 @@ def test_reflexion(db_url: URL, busy_hub: HubStore, read_only: None) -> None:
     assert (run.returncode, run.stderr) == (0, "")
     entries = lookup_solution(busy_hub, error).entries
     assert len(entries) == 1 and json.loads(run.stdout) == _documents(entries)
-    table = hubstore("reflexion", error, url=db_url).stdout
-    assert "reflexion entries (1)" in table and "guard x" in table
+    lines = hubstore("reflexion", error, url=db_url).stdout.splitlines()
+    assert [line.split("\t")[:3] for line in lines] == [
+        [entries[0].id, normalize_error(ERROR), "guard x"]]
     none = hubstore("reflexion", "nothing like it", "--json", url=db_url)
     assert (none.returncode, none.stdout) == (0, "[]\n")
 
@@ -568,3 +577,315 @@ def test_adopting_a_triflux_database_on_both_dialects(empty_url: URL, schema: in
         0, f"{shown}: adopted triflux schema {schema} as {revision}, upgraded to {HEAD}\n")
     check = hubstore("db", "check", url=empty_url)
     assert (check.returncode, check.stdout) == (0, f"{shown}: healthy (revision {HEAD})\n")
+
+
+# --- issue 26: the commands as users ran them ------------------------------------------
+# Each test does what the users reported doing: the command run at 80 columns with stdout
+# piped (into grep, when that is what they did) or a terminal, on SQLite and PostgreSQL
+# where it reads a hub.
+
+SOLUTION = ("Guard every property read on a value that may be undefined: "
+            + "check `x` before reading `x.y`, " * 12 + "then retry the step.")
+PAYLOAD = {"text": "first line\nsecond\tline [red]not markup[/red] " + "lorem ipsum " * 60,
+           "path": "C:\\tmp\\hub", "n": list(range(40)), "ключ": "значение"}
+
+
+def piped(*args: str, grep: str, url: URL) -> subprocess.CompletedProcess[str]:
+    """``python -m hubstore ARGS --url URL | grep -F -- GREP``, run by bash at 80 columns:
+    its stdout is what grep found, one line a match."""
+    command = [sys.executable, "-m", "hubstore", *args, "--url",
+               url.render_as_string(hide_password=False)]
+    line = f"set -o pipefail; {shlex.join(command)} | grep -F -- {shlex.quote(grep)}"
+    return subprocess.run(["bash", "-c", line], capture_output=True, text=True, env=ENV,
+                          timeout=300, check=False)
+
+
+@pytest.fixture
+def wordy_hub(store: HubStore) -> HubStore:
+    """Long ids, a long payload with a newline and a tab, a long solution."""
+    store.register_agent("codex-1", "codex", topics=["t.a"])
+    for i in range(3):
+        store.create_assign("lead-supervisor", "codex-1",
+                            task=f"job {i}: " + "rebuild the index and report back " * 5)
+    store.enqueue_message("event", "lead-supervisor", "codex-1", "t.b", payload=PAYLOAD)
+    store.enqueue_message("event", "lead-supervisor", "codex-1", "t.b", payload={"n": 1})
+    store.add_reflexion(normalize_error(ERROR), ERROR, SOLUTION)
+    store.add_reflexion("typeerror: two lines", "TypeError: two lines",
+                        "first line of the fix\nsecond line of the fix")
+    return store
+
+
+def test_piped_jobs_keep_each_uuid_on_one_line(db_url: URL, wordy_hub: HubStore,
+                                               read_only: None) -> None:
+    jobs = wordy_hub.list_assigns()
+    for job in jobs:
+        run = piped("jobs", grep=job.job_id, url=db_url)
+        assert (run.returncode, run.stderr) == (0, "")
+        assert run.stdout.split("\t") == [
+            job.job_id, "queued", "codex-1", "lead-supervisor", job.task, "1",
+            datetime.fromtimestamp(job.updated_at_ms / 1000, UTC).strftime(
+                "%Y-%m-%d %H:%M:%S") + "\n"]
+    lines = hubstore("jobs", url=db_url).stdout.splitlines()
+    assert [line.split("\t")[0] for line in lines] == [j.job_id for j in jobs]
+
+
+def test_piped_messages_keep_each_payload_on_one_line(db_url: URL, wordy_hub: HubStore,
+                                                      read_only: None) -> None:
+    """The payload is written as --json writes it (its newline and tab as \\n and \\t),
+    whole, on the message's own line; one line a message."""
+    message = wordy_hub.poll_for_agent("codex-1")[1]
+    assert message.payload == PAYLOAD
+    payload = json.dumps(message.payload, ensure_ascii=False)  # (JSONB orders its keys)
+    run = piped("messages", "--agent", "codex-1", grep=payload, url=db_url)
+    assert (run.returncode, run.stderr) == (0, "")
+    assert run.stdout == "\t".join([
+        message.id, "event", "lead-supervisor", "codex-1", "t.b", "5", "queued",
+        datetime.fromtimestamp(message.created_at_ms / 1000, UTC).strftime(
+            "%Y-%m-%d %H:%M:%S"), payload]) + "\n"
+    assert piped("messages", "--agent", "codex-1", grep="[red]not markup[/red]",
+                 url=db_url).stdout == run.stdout
+    assert len(hubstore("messages", "--agent", "codex-1", url=db_url).stdout
+               .splitlines()) == 2
+
+
+def test_piped_reflexion_keeps_the_whole_solution(db_url: URL, wordy_hub: HubStore,
+                                                  read_only: None) -> None:
+    run = piped("reflexion", ERROR, grep=SOLUTION, url=db_url)
+    assert (run.returncode, run.stderr) == (0, "")
+    entry = lookup_solution(wordy_hub, ERROR).entries[0]
+    assert run.stdout.split("\t")[:3] == [entry.id, normalize_error(ERROR), SOLUTION]
+    two = piped("reflexion", "TypeError: two lines", grep="second line of the fix", url=db_url)
+    assert two.returncode == 0
+    assert two.stdout.split("\t")[2] == "first line of the fix\\nsecond line of the fix"
+
+
+def in_terminal(*args: str, url: URL, columns: int) -> str:
+    """``hubstore ARGS --url URL`` with stdout a terminal of ``columns`` columns (a pty):
+    what it showed, without escape sequences."""
+    leader, follower = pty.openpty()
+    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    env = {k: v for k, v in ENV.items() if k not in ("COLUMNS", "LINES")} | {
+        "TERM": "xterm-256color"}  # (rich takes a dumb terminal for 80 columns)
+    command = [sys.executable, "-m", "hubstore", *args, "--url",
+               url.render_as_string(hide_password=False)]
+    child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=follower,
+                             stderr=subprocess.PIPE, env=env)
+    os.close(follower)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(leader)
+    assert child.wait(timeout=300) == 0
+    assert child.stderr is not None and child.stderr.read() == b""
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", shown.decode()).replace("\r\n", "\n")
+
+
+def test_a_terminal_table_never_splits_an_id(db_url: URL, wordy_hub: HubStore,
+                                             read_only: None) -> None:
+    """80 columns cannot hold a job's row: one block of lines per job. 200 can: a table.
+    Either way each id is whole on one line, and nothing is cut short."""
+    jobs = wordy_hub.list_assigns()
+    narrow = in_terminal("jobs", url=db_url, columns=80)
+    assert narrow.startswith("assign jobs (3)\n")
+    assert max(len(line) for line in narrow.splitlines()) <= 80
+    for job in jobs:
+        assert re.search(rf"^job +{job.job_id} *$", narrow, re.MULTILINE)
+    wide = in_terminal("jobs", url=db_url, columns=200)
+    assert "┃ job " in wide and "┃ task " in wide
+    for job in jobs:
+        assert re.search(rf"^│ {job.job_id} │ queued +│ codex-1 ", wide, re.MULTILINE)
+    messages = in_terminal("messages", "--agent", "codex-1", url=db_url, columns=80)
+    payload = json.dumps(wordy_hub.poll_for_agent("codex-1")[1].payload, ensure_ascii=False)
+    assert "".join(payload.split()) in "".join(messages.split())  # folded, never cut
+    assert "[red]not markup[/red]" in messages  # data, not rich markup
+    for message in wordy_hub.poll_for_agent("codex-1"):
+        assert re.search(rf"^id +{message.id} *$", messages, re.MULTILINE)
+
+
+def _created_jobs(store: HubStore, count: int) -> list[str]:
+    """``count`` new jobs; their ids in list_assigns' order (at most its 100)."""
+    with store.unit_of_work() as uow:
+        for i in range(count):
+            uow.create_assign("lead", "codex-1", task=f"t{i}")
+    return [job.job_id for job in store.list_assigns(limit=100)]
+
+
+def test_jobs_page_with_offset(db_url: URL, store: HubStore) -> None:
+    newest = _created_jobs(store, 7)
+    assert len(newest) == 7
+    pages, notes = [], []
+    for offset in (0, 3, 6):
+        run = hubstore("jobs", "--limit", "3", "--offset", str(offset), url=db_url)
+        assert run.returncode == 0
+        pages.append([line.split("\t")[0] for line in run.stdout.splitlines()])
+        notes.append(run.stderr)
+    assert pages == [newest[0:3], newest[3:6], newest[6:7]]
+    assert notes == ["note: rows 1-3 shown; more follow: hubstore jobs ... --offset 3\n",
+                     "note: rows 4-6 shown; more follow: hubstore jobs ... --offset 6\n", ""]
+    run = hubstore("jobs", "--limit", "2", "--offset", "5", "--json", url=db_url)
+    assert [job["job_id"] for job in json.loads(run.stdout)] == newest[5:7]
+    assert hubstore("jobs", "--offset", "7", url=db_url).stdout == ""
+    bad = hubstore("jobs", "--offset", "-1", url=db_url)
+    assert bad.returncode == 2 and "'--offset'" in bad.stderr
+
+
+def test_jobs_say_so_at_the_stores_100(db_url: URL, store: HubStore) -> None:
+    """list_assigns returns at most 100 jobs: the last page says so, past it is refused."""
+    newest = _created_jobs(store, 105)
+    assert len(newest) == 100
+    run = hubstore("jobs", "--offset", "95", "--limit", "10", url=db_url)
+    assert run.returncode == 0
+    assert [line.split("\t")[0] for line in run.stdout.splitlines()] == newest[95:]
+    assert run.stderr == (
+        "note: rows 96-100 shown, the last the store lists: it returns only the 100 most "
+        "recently updated jobs, and more may match; narrow them with --status or --worker\n")
+    past = hubstore("jobs", "--offset", "100", url=db_url)
+    assert (past.returncode, past.stdout) == (2, "")
+    assert past.stderr == (
+        "Error: --offset 100 is past what `hubstore jobs` can show: the store lists only "
+        "the 100 most recently updated jobs; narrow them with --status or --worker\n")
+    over = hubstore("jobs", "--limit", "101", url=db_url)
+    assert over.returncode == 2 and "101 is not in the range 1<=x<=100" in over.stderr
+
+
+def test_messages_page_with_offset(db_url: URL, busy_hub: HubStore, read_only: None) -> None:
+    newest = [m.id for m in busy_hub.poll_for_agent("codex-1", 20)]
+    assert len(newest) == 5
+    first = hubstore("messages", "--agent", "codex-1", "--limit", "2", url=db_url)
+    second = hubstore("messages", "--agent", "codex-1", "--limit", "2", "--offset", "2",
+                      "--json", url=db_url)
+    last = hubstore("messages", "--agent", "codex-1", "--limit", "2", "--offset", "4",
+                    url=db_url)
+    assert [line.split("\t")[0] for line in first.stdout.splitlines()] == newest[:2]
+    assert [m["id"] for m in json.loads(second.stdout)] == newest[2:4]
+    assert [line.split("\t")[0] for line in last.stdout.splitlines()] == newest[4:]
+    assert second.stderr.endswith("more follow: hubstore messages ... --offset 4\n")
+    assert last.stderr == ""
+
+
+def test_db_current_heads_history_check_json(db_url: URL) -> None:
+    shown = db_url.render_as_string(hide_password=True)
+    run = hubstore("db", "current", "--json", url=db_url)
+    assert (run.returncode, run.stderr) == (0, "")
+    assert json.loads(run.stdout) == {"url": shown, "revision": HEAD, "head": HEAD,
+                                      "at_head": True}
+    assert json.loads(hubstore("db", "heads", "--json", url=db_url).stdout) == [
+        {"revision": HEAD, "current": True}]
+    history = json.loads(hubstore("db", "history", "--json", url=db_url).stdout)
+    walked = list(reversed(list(migrations.script_directory().walk_revisions())))
+    assert [(r["revision"], r["down_revision"]) for r in history] == [
+        (r.revision, r.down_revision) for r in walked]
+    assert [r["revision"] for r in history if r["current"] or r["head"]] == [HEAD]
+    assert history[0]["title"].startswith("The reference's schema version 3")
+    check = hubstore("db", "check", "--json", url=db_url)
+    assert (check.returncode, check.stderr) == (0, "")
+    assert json.loads(check.stdout) == {"url": shown, "healthy": True, "head": HEAD,
+                                        "findings": []}
+
+    sql(db_url, "DROP INDEX idx_agents_status")
+    sick = hubstore("db", "check", "--json", url=db_url)
+    assert sick.returncode == 1
+    assert json.loads(sick.stdout) == {
+        "url": shown, "healthy": False, "head": HEAD,
+        "findings": ["schema: index missing from the database: agents.idx_agents_status"]}
+
+    assert hubstore("db", "downgrade", "0003", url=db_url).returncode == 0
+    behind = json.loads(hubstore("db", "current", "--json", url=db_url).stdout)
+    assert behind == {"url": shown, "revision": "0003", "head": HEAD, "at_head": False}
+    assert hubstore("db", "downgrade", "base", "--yes", url=db_url).returncode == 0
+    base = json.loads(hubstore("db", "current", "--json", url=db_url).stdout)
+    assert base["revision"] is None and base["at_head"] is False
+    assert not any(r["current"] for r in json.loads(
+        hubstore("db", "history", "--json", url=db_url).stdout))
+
+
+def test_db_json_of_a_missing_file_is_an_error_line(tmp_path: Path) -> None:
+    for command in ("current", "heads", "history", "check"):
+        run = hubstore("db", command, "--json", "--url", f"sqlite:///{tmp_path / 'no.db'}")
+        assert (run.returncode, run.stdout) == (1, "")
+        assert run.stderr.endswith(f"there is no SQLite database at {tmp_path / 'no.db'}\n")
+
+
+def test_verbose_logs_on_stderr_only(db_url: URL, busy_hub: HubStore, read_only: None) -> None:
+    quiet = hubstore("stats", url=db_url)
+    assert quiet.stderr == ""
+    shown = db_url.render_as_string(hide_password=True)
+    for args in (["-v", "stats"], ["stats", "-v"], ["stats", "--verbose"]):
+        run = hubstore(*args, url=db_url)
+        assert run.returncode == 0 and run.stdout == quiet.stdout
+        assert f" INFO hubstore.cli: reading the figures ({shown})\n" in run.stderr
+        assert " INFO hubstore.cli: reading the figures: done in " in run.stderr
+        assert "sqlalchemy.engine" not in run.stderr
+    debug = hubstore("-v", "jobs", "-v", url=db_url)  # -v twice: -vv
+    assert debug.stdout == hubstore("jobs", url=db_url).stdout
+    assert "INFO hubstore.cli: jobs: the store listed 4 row(s); rows 1-4 shown" in debug.stderr
+    assert "INFO sqlalchemy.engine.Engine: SELECT " in debug.stderr
+
+
+def test_verbose_upgrade_shows_alembic_steps(empty_url: URL) -> None:
+    run = hubstore("db", "upgrade", "-v", url=empty_url)
+    assert run.returncode == 0
+    assert "INFO alembic.runtime.migration: Running upgrade  -> 0001" in run.stderr
+    assert f"Running upgrade {migrations.script_directory().get_revision(HEAD).down_revision}"\
+           f" -> {HEAD}" in run.stderr
+
+
+def test_url_before_the_command(db_url: URL, busy_hub: HubStore, read_only: None,
+                                tmp_path: Path) -> None:
+    url = db_url.render_as_string(hide_password=False)
+    figures = {**busy_hub.get_hub_stats(), **busy_hub.get_audit_stats()}
+    run = hubstore("--url", url, "stats", "--json")
+    assert (run.returncode, run.stderr) == (0, "")
+    assert json.loads(run.stdout) == figures
+    elsewhere = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    ahead_of_env = subprocess.run(
+        [sys.executable, "-m", "hubstore", "--url", url, "db", "check"], capture_output=True,
+        text=True, env=ENV | {ENV_URL: elsewhere}, timeout=300, check=False)
+    assert ahead_of_env.returncode == 0, ahead_of_env.stderr
+    assert hubstore("db", "--url", url, "current").stdout == f"{HEAD} (head)\n"
+    after_wins = hubstore("--url", url, "stats", "--url", elsewhere)  # the command's own
+    assert after_wins.returncode == 1
+    assert after_wins.stderr.endswith(f"there is no SQLite database at "
+                                      f"{tmp_path / 'elsewhere.db'}\n")
+    assert not (tmp_path / "elsewhere.db").exists()
+
+
+def test_an_option_before_its_command_is_answered_with_the_fix() -> None:
+    def console_script(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([BIN / "hubstore", *args], capture_output=True, text=True,
+                              env=ENV, check=False, timeout=60)
+
+    run = console_script("--json", "stats")
+    assert (run.returncode, run.stdout) == (2, "")
+    assert run.stderr.endswith(
+        "Error: No such option '--json'. --json is an option of `hubstore stats`: write it "
+        "after the command (hubstore stats --json ...).\n")
+    run = console_script("db", "--json", "check")
+    assert run.returncode == 2
+    assert "(hubstore db check --json ...)" in run.stderr
+    bad = hubstore("--url", "hub.db", "stats")
+    assert bad.returncode == 2 and "(did you mean sqlite:///hub.db?)" in bad.stderr
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(db_url: URL, busy_hub: HubStore,
+                                                          read_only: None) -> None:
+    """``hubstore jobs | head -0``: the first write finds the pipe closed: status 141, as
+    a shell's SIGPIPE, and no traceback."""
+    for args in (["jobs"], ["jobs", "--json"]):
+        reader, writer = os.pipe()
+        os.close(reader)
+        try:
+            run = subprocess.run(
+                [sys.executable, "-m", "hubstore", *args, "--url",
+                 db_url.render_as_string(hide_password=False)],
+                stdout=writer, stderr=subprocess.PIPE, text=True, env=ENV, timeout=300,
+                check=False)
+        finally:
+            os.close(writer)
+        assert (run.returncode, run.stderr) == (141, "")

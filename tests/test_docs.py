@@ -199,17 +199,29 @@ def _command_lines() -> list[str]:
     return lines
 
 
+def _options(command: click.Command) -> dict[str, click.Parameter]:
+    return {o: p for p in command.params for o in (*p.opts, *p.secondary_opts)}
+
+
 @pytest.mark.parametrize("line", _command_lines())
 def test_every_command_line_shown_exists(line: str) -> None:
     command: click.Command = main
-    for word in shlex.split(line.replace("$(date +%F)", "DATE"))[1:]:
+    words = iter(shlex.split(line.replace("$(date +%F)", "DATE"))[1:])
+    rest: list[str] = []
+    for word in words:
+        if isinstance(command, click.Group) and word.startswith("-"):  # a group's option
+            option = _options(command).get(word)
+            assert option is not None, f"{line!r}: {command.name} has no option {word}"
+            if isinstance(option, click.Option) and not (option.is_flag or option.count):
+                next(words)  # its value
+            continue
         if not isinstance(command, click.Group) or word not in command.commands:
+            rest = [word, *words]
             break
         command = command.commands[word]
     assert not isinstance(command, click.Group), f"{line!r} names no command"
-    options = {o for p in command.params for o in (*p.opts, *p.secondary_opts)}
-    for option in re.findall(r"(?<!\S)(--?[a-z][\w-]*)", line):
-        assert option in options, f"{line!r}: {command.name} has no option {option}"
+    for option in re.findall(r"(?<!\S)(--?[a-z][\w-]*)", " ".join(rest)):
+        assert option in _options(command), f"{line!r}: {command.name} has no option {option}"
 
 
 def test_the_first_hub_example_runs(tmp_path: Path) -> None:

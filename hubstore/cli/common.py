@@ -1,12 +1,15 @@
-"""What every command shares: the top group, ``--url``, durations, and one-line errors."""
+"""What every command shares: the top group, ``--url`` and ``-v`` (before or after the
+command), durations, and one-line errors."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, NoReturn
@@ -21,9 +24,19 @@ from hubstore.engine import ENV_URL, default_url, resolve_url
 from hubstore.errors import HubStoreError
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
-URL_HELP = f"SQLAlchemy URL of the hub database [default: ${ENV_URL}, else {default_url()}]"
+URL_HELP = (f"SQLAlchemy URL of the hub database [default: --url before the command, else "
+            f"${ENV_URL}, else {default_url()}]")
+GROUP_URL_HELP = (f"SQLAlchemy URL of the hub database, for every command below (a --url "
+                  f"after the command wins) [default: ${ENV_URL}, else {default_url()}]")
+VERBOSE_HELP = ("Log what hubstore does on stderr: -v the steps (INFO), -vv also every SQL "
+                "statement (DEBUG). Before or after the command; the counts add up.")
 _DURATION = re.compile(r"^\s*(\d+)\s*([dhms])\s*$")
 _UNIT_MS = {"d": 86_400_000, "h": 3_600_000, "m": 60_000, "s": 1_000}
+#: ctx.meta keys (ctx.meta is shared by a command's context and its groups' contexts).
+_URL_KEY = "hubstore.url"
+_VERBOSE_KEY = "hubstore.verbosity"
+
+log = logging.getLogger("hubstore.cli")
 
 
 class UsageFailure(click.ClickException):
@@ -32,18 +45,61 @@ class UsageFailure(click.ClickException):
     exit_code = 2
 
 
-@click.group(context_settings=CONTEXT)
-@click.version_option(package_name="hubstore")
-def main() -> None:
-    """hubstore: the triflux hub store on SQLite and PostgreSQL."""
+class HubGroup(click.Group):
+    """A group whose "no such option" names the command an option belongs to: ``hubstore
+    --json stats`` is answered with ``hubstore stats --json``. Its subgroups are HubGroups."""
+
+    group_class = type
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except click.NoSuchOption as exc:
+            hint = self._placement_hint(ctx, exc.option_name, args)
+            if not hint:
+                raise
+            raise click.UsageError(f"{exc.message} {hint}", ctx) from None
+
+    def _placement_hint(self, ctx: click.Context, option: str, args: list[str]) -> str:
+        """Where ``option`` belongs, when a command named later in ``args`` takes it."""
+        group: click.Command = self
+        path = [ctx.command_path]
+        for arg in args:
+            sub = getattr(group, "commands", {}).get(arg)
+            if sub is None:
+                continue
+            group = sub
+            path.append(arg)
+            if any(option in p.opts or option in p.secondary_opts
+                   for p in sub.params if isinstance(p, click.Option)):
+                where = " ".join(path)
+                return (f"{option} is an option of `{where}`: write it after the command "
+                        f"({where} {option} ...).")
+        return ""
 
 
-def _resolve(_ctx: click.Context, _param: click.Parameter, value: str | None) -> URL:
+def _group_url(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    """A group's --url: kept for the command below, which uses it unless it has its own."""
+    if value is not None:
+        ctx.meta[_URL_KEY] = _resolve(value)
+
+
+def _command_url(ctx: click.Context, _param: click.Parameter, value: str | None) -> URL:
+    """A command's --url, else a group's, else $HUBSTORE_URL, else the embedded default."""
+    if value is not None:
+        return _resolve(value)
+    given: URL | None = ctx.meta.get(_URL_KEY)
+    if given is not None:
+        return given
+    return _resolve(None)
+
+
+def _resolve(value: str | None) -> URL:
     try:
-        url = resolve_url(value or None)
+        return resolve_url(value or None)
     except (HubStoreError, ArgumentError) as exc:  # an unsupported or malformed URL
-        raise click.BadParameter(str(exc) + _hint(value)) from exc
-    return url
+        origin = f"${ENV_URL}: " if value is None and os.environ.get(ENV_URL) else ""
+        raise click.BadParameter(origin + str(exc) + _hint(value)) from exc
 
 
 def _hint(value: str | None) -> str:
@@ -53,8 +109,62 @@ def _hint(value: str | None) -> str:
     return ""
 
 
-url_option = click.option("--url", envvar=ENV_URL, default=None, metavar="URL",
-                          callback=_resolve, help=URL_HELP)
+def _verbosity(ctx: click.Context, _param: click.Parameter, value: int) -> None:
+    """-v counted wherever it is written (before or after the command), then applied."""
+    if value:
+        ctx.meta[_VERBOSE_KEY] = ctx.meta.get(_VERBOSE_KEY, 0) + value
+        configure_logging(ctx.meta[_VERBOSE_KEY])
+
+
+_LOG_HANDLER = logging.StreamHandler()
+_LOG_HANDLER.setFormatter(logging.Formatter(
+    "%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+
+
+def configure_logging(verbosity: int) -> None:
+    """-v: hubstore's and Alembic's steps at INFO on stderr; -vv: hubstore at DEBUG and
+    SQLAlchemy's statements. Without -v nothing is configured (the library stays quiet)."""
+    _LOG_HANDLER.setStream(sys.stderr)
+    levels = {"hubstore": logging.INFO, "alembic": logging.INFO}
+    if verbosity >= 2:
+        levels |= {"hubstore": logging.DEBUG, "sqlalchemy.engine": logging.INFO}
+    for name, level in levels.items():
+        logger = logging.getLogger(name)
+        logger.setLevel(level)
+        if _LOG_HANDLER not in logger.handlers:
+            logger.addHandler(_LOG_HANDLER)
+
+
+def _verbose() -> Callable[[Any], Any]:
+    return click.option("-v", "--verbose", count=True, expose_value=False, callback=_verbosity,
+                        help=VERBOSE_HELP)
+
+
+def group_options(function: Any) -> Any:
+    """--url and -v on a group: they apply to the command named after them."""
+    function = click.option("--url", default=None, metavar="URL", expose_value=False,
+                            callback=_group_url, help=GROUP_URL_HELP)(function)
+    return _verbose()(function)
+
+
+@click.group(cls=HubGroup, context_settings=CONTEXT)
+@click.version_option(package_name="hubstore")
+@group_options
+def main() -> None:
+    """hubstore: the triflux hub store on SQLite and PostgreSQL.
+
+    --url and -v may be written before the command (hubstore --url URL stats) or after
+    it (hubstore stats --url URL).
+    """
+
+
+def command_options(function: Any) -> Any:
+    """A command's --url (see :func:`_command_url`) and -v."""
+    function = click.option("--url", default=None, metavar="URL", callback=_command_url,
+                            help=URL_HELP)(function)
+    return _verbose()(function)
+
+
 json_option = click.option("--json", "as_json", is_flag=True,
                            help="Print one JSON document instead of a table.")
 
@@ -82,9 +192,12 @@ def shown(url: URL) -> str:
 @contextmanager
 def reported(action: str, url: URL) -> Iterator[None]:
     """Turn any failure inside into one line on stderr (``Error: ACTION of URL failed:
-    reason``) and exit status 1: never a traceback."""
+    reason``) and exit status 1: never a traceback. -v logs the action and its time."""
+    log.info("%s (%s)", action, shown(url))
+    started = time.perf_counter()
     try:
         yield
+        log.info("%s: done in %.1f ms", action, (time.perf_counter() - started) * 1000)
     except click.ClickException:
         raise
     except BrokenPipeError:  # `hubstore ... | head`: the reader has all it wanted
@@ -110,18 +223,24 @@ def fail(action: str, url: URL, reason: str) -> NoReturn:
     raise click.ClickException(f"{action} of {shown(url)} failed: {reason}")
 
 
-def out() -> Console:
-    """The console for tables (stdout)."""
-    return Console(soft_wrap=False)
-
-
 def err() -> Console:
     """The console for progress (stderr)."""
     return Console(stderr=True)
 
 
+@contextmanager
+def writing() -> Iterator[None]:
+    """Printing to stdout: a reader that went away (``| head``) ends the command quietly."""
+    try:
+        yield
+        sys.stdout.flush()
+    except BrokenPipeError:
+        closed_stdout()
+
+
 def print_json(document: Any) -> None:
-    click.echo(json.dumps(document, ensure_ascii=False, allow_nan=False))
+    with writing():
+        click.echo(json.dumps(document, ensure_ascii=False, allow_nan=False))
 
 
 def when(ms: int | None) -> str:

@@ -15,12 +15,15 @@ from hubstore import health, migrations
 from hubstore.cli.common import (
     Duration,
     UsageFailure,
+    command_options,
     err,
     exit_with,
+    group_options,
+    json_option,
     main,
+    print_json,
     reported,
     shown,
-    url_option,
 )
 from hubstore.engine import sqlite_path
 from hubstore.store import HubStore
@@ -30,6 +33,7 @@ ADOPTED_SCHEMA = {rev: version for version, rev in migrations.LEGACY_REVISIONS.i
 
 
 @main.group()
+@group_options
 def db() -> None:
     """Migrate, check, back up and prune the hub database."""
 
@@ -55,7 +59,7 @@ def _existing_revision(url: URL) -> str:
 @click.argument("revision", default="head")
 @click.option("--sql", is_flag=True,
               help="Print the SQL instead of running it (no database is opened).")
-@url_option
+@command_options
 def upgrade(revision: str, sql: bool, url: URL) -> None:
     """Migrate up to REVISION (default: head), adopting a triflux database first."""
     if sql:
@@ -110,7 +114,7 @@ def _make_folders(url: URL) -> None:
 @db.command()
 @click.argument("revision")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask before removing every hub table.")
-@url_option
+@command_options
 def downgrade(revision: str, yes: bool, url: URL) -> None:
     """Migrate down to REVISION ("base" removes every hub table and its rows)."""
     before = _existing_revision(url)
@@ -130,7 +134,7 @@ def downgrade(revision: str, yes: bool, url: URL) -> None:
 
 @db.command()
 @click.argument("revision")
-@url_option
+@command_options
 def stamp(revision: str, url: URL) -> None:
     """Record REVISION as the database's revision without migrating anything."""
     before = _existing_revision(url)
@@ -143,65 +147,111 @@ def stamp(revision: str, url: URL) -> None:
         click.echo(f"{shown(url)}: stamped {after} (was {before}); no migration ran")
 
 
+def _heads() -> tuple[str, ...]:
+    return tuple(migrations.script_directory().get_heads())
+
+
 def _marks(revision: str, at: str | None) -> str:
-    marks = [m for m, on in (("head", revision in migrations.script_directory().get_heads()),
-                             ("current", revision == at)) if on]
+    marks = [m for m, on in (("head", revision in _heads()), ("current", revision == at)) if on]
     return "".join(f" ({m})" for m in marks)
 
 
+def _or_none(revision: str) -> str | None:
+    """A revision for JSON: null for "base" (no revision), as migrations.current says."""
+    return None if revision == "base" else revision
+
+
 @db.command()
-@url_option
-def current(url: URL) -> None:
-    """Print the database's revision ("base" when it has none)."""
+@json_option
+@command_options
+def current(as_json: bool, url: URL) -> None:
+    """Print the database's revision ("base" when it has none).
+
+    --json: {"url", "revision" (null when none), "head", "at_head"}.
+    """
     revision, head = _existing_revision(url), migrations.head()
+    if as_json:
+        print_json({"url": shown(url), "revision": _or_none(revision), "head": head,
+                    "at_head": revision == head})
+        return
     click.echo(f"{revision} {'(head)' if revision == head else f'(head is {head})'}")
 
 
 @db.command()
-@url_option
-def heads(url: URL) -> None:
-    """Print the head revision(s) of this hubstore, marking the database's own."""
+@json_option
+@command_options
+def heads(as_json: bool, url: URL) -> None:
+    """Print the head revision(s) of this hubstore, marking the database's own.
+
+    --json: an array of {"revision", "current"}.
+    """
     at = _existing_revision(url)
-    for rev in migrations.script_directory().get_heads():
+    if as_json:
+        print_json([{"revision": rev, "current": rev == at} for rev in _heads()])
+        return
+    for rev in _heads():
         click.echo(f"{rev}{_marks(rev, at)}")
 
 
 @db.command()
-@url_option
-def history(url: URL) -> None:
-    """List the revisions, oldest first, marking the database's own."""
+@json_option
+@command_options
+def history(as_json: bool, url: URL) -> None:
+    """List the revisions, oldest first, marking the database's own.
+
+    --json: an array, oldest first, of {"revision", "down_revision", "title", "head",
+    "current"}.
+    """
     at = _existing_revision(url)
     script = migrations.script_directory()
-    for rev in reversed(list(script.walk_revisions())):
-        title = rev.doc.splitlines()[0] if rev.doc else ""
-        click.echo(f"{rev.revision}  {title}{_marks(rev.revision, at)}")
+    revisions = list(reversed(list(script.walk_revisions())))
+    if as_json:
+        print_json([{"revision": rev.revision, "down_revision": rev.down_revision,
+                     "title": _title(rev.doc), "head": rev.revision in _heads(),
+                     "current": rev.revision == at} for rev in revisions])
+        return
+    for rev in revisions:
+        click.echo(f"{rev.revision}  {_title(rev.doc)}{_marks(rev.revision, at)}")
     if at == "base":
         click.echo(f"({shown(url)} has no revision yet)")
 
 
+def _title(doc: str | None) -> str:
+    return doc.splitlines()[0] if doc else ""
+
+
 @db.command()
-@url_option
-def check(url: URL) -> None:
+@json_option
+@command_options
+def check(as_json: bool, url: URL) -> None:
     """Check the database's health, reading only; exit 1 with one finding a line.
 
     SQLite: integrity_check and foreign_key_check. Both dialects: CHECK constraints,
     the revision at head, the models and the schema in agreement, the figures equal
     to counting the rows.
+
+    --json: {"url", "healthy", "head", "findings" (one string each)}; exit 1 when not
+    healthy, as without it.
     """
     _existing(url)
     with reported("check", url):
         findings = health.check(url)
-    for finding in findings:
-        click.echo(finding)
+    if as_json:
+        print_json({"url": shown(url), "healthy": not findings, "head": migrations.head(),
+                    "findings": findings})
+    else:
+        for finding in findings:
+            click.echo(finding)
+        if not findings:
+            click.echo(f"{shown(url)}: healthy (revision {migrations.head()})")
     if findings:
         exit_with(1)
-    click.echo(f"{shown(url)}: healthy (revision {migrations.head()})")
 
 
 @db.command()
 @click.argument("dest", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--force", is_flag=True, help="Replace DEST if it exists.")
-@url_option
+@command_options
 def backup(dest: Path, force: bool, url: URL) -> None:
     """Copy the SQLite database to DEST (a file), consistently, while writers go on.
 
@@ -255,7 +305,7 @@ def _online_backup(source: Path, dest: Path) -> int:
               help="Delete messages older than this: 30d, 12h, 15m or 45s.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=1000, show_default=True,
               help="Messages deleted per transaction.")
-@url_option
+@command_options
 def prune(older_than: int, batch_size: int, url: URL) -> None:
     """Delete old messages with their inbox rows and dead letters; print how many."""
     _existing(url)

@@ -1,26 +1,42 @@
-"""Looking at a hub: ``hubstore stats|agents|jobs|messages|reflexion``. Read-only."""
+"""Looking at a hub: ``hubstore stats|agents|jobs|messages|reflexion``. Read-only.
+
+Rows go to stdout as a table in a terminal and as tab-separated lines in a pipe (see
+:mod:`hubstore.cli.output`), or as one JSON document with ``--json``. ``jobs`` and
+``messages`` page with ``--limit`` and ``--offset`` inside the rows the store lists
+(list_assigns and poll_for_agent return at most the first 100); a note on stderr says when
+more rows follow, or when the store's 100 were reached.
+"""
 
 from __future__ import annotations
 
-import json
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import click
-from rich.table import Table
 from sqlalchemy.engine import URL
 
 from hubstore import health
-from hubstore.cli.common import json_option, main, out, print_json, reported, url_option, when
+from hubstore.cli.common import (
+    UsageFailure,
+    command_options,
+    json_option,
+    main,
+    print_json,
+    reported,
+    when,
+)
+from hubstore.cli.output import Column, key, show
 from hubstore.models import ASSIGN_STATUSES, Base
 from hubstore.reflexion import lookup_solution
 from hubstore.store import HubStore
 from hubstore.uow import UnitOfWork
 
 T = TypeVar("T")
-#: A column of a table: its heading and how a row's dict gives its cell.
-Column = tuple[str, Callable[[dict[str, Any]], object]]
+log = logging.getLogger("hubstore.cli")
+#: The most rows list_assigns and poll_for_agent return: --offset and --limit page inside.
+STORE_WINDOW = 100
 
 
 @contextmanager
@@ -36,104 +52,149 @@ def _show(rows: Sequence[Base], as_json: bool, title: str, columns: list[Column]
     dicts = [row.to_dict() for row in rows]
     if as_json:
         print_json(dicts)
-        return
-    table = Table(title=f"{title} ({len(dicts)})")
-    for heading, _ in columns:
-        table.add_column(heading, overflow="fold")
-    for d in dicts:
-        table.add_row(*(_cell(get(d)) for _, get in columns))
-    out().print(table)
+    else:
+        show(title, columns, dicts)
 
 
-def _cell(value: object) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False) if isinstance(value, list | dict) else str(value)
+def _time(heading: str, name: str) -> Column:
+    return Column(heading, lambda d: when(d.get(name)), whole=True)
 
 
-def _key(name: str) -> Callable[[dict[str, Any]], object]:
-    return lambda d: d.get(name)
+def limit_option(default: int, what: str) -> Callable[[Any], Any]:
+    return click.option(
+        "--limit", type=click.IntRange(1, STORE_WINDOW), default=default, show_default=True,
+        help=f"Show at most this many {what} (1..{STORE_WINDOW}).")
 
 
-def _time(name: str) -> Callable[[dict[str, Any]], object]:
-    return lambda d: when(d.get(name))
+def offset_option(what: str) -> Callable[[Any], Any]:
+    return click.option(
+        "--offset", type=click.IntRange(min=0), default=0, show_default=True,
+        help=f"Skip this many {what} first (the next page: --offset plus --limit). The "
+             f"store lists the first {STORE_WINDOW} only.")
+
+
+def _page(fetch: Callable[[int], list[T]], offset: int, limit: int, command: str,
+          listed: str, narrower: str) -> tuple[list[T], str | None]:
+    """Rows ``offset+1 .. offset+limit`` of what the store lists (at most its first
+    STORE_WINDOW), asking it for one row more when it can, to know whether more follow;
+    with the note for stderr when more follow, or when the store's window was reached."""
+    if offset >= STORE_WINDOW:
+        raise UsageFailure(
+            f"--offset {offset} is past what `hubstore {command}` can show: the store "
+            f"lists only the {STORE_WINDOW} {listed}{narrower}")
+    got = fetch(min(offset + limit + 1, STORE_WINDOW))
+    rows = got[offset:offset + limit]
+    log.info("%s: the store listed %d row(s); rows %d-%d shown", command, len(got),
+             offset + 1, offset + len(rows))
+    shown_rows = f"rows {offset + 1}-{offset + len(rows)} shown"
+    if len(got) > offset + limit:
+        return rows, (f"note: {shown_rows}; more follow: hubstore {command} ... --offset "
+                      f"{offset + limit}")
+    if len(got) == STORE_WINDOW:
+        return rows, (f"note: {shown_rows}, the last the store lists: it returns only "
+                      f"the {STORE_WINDOW} {listed}, and more may match{narrower}")
+    return rows, None
+
+
+def _note(note: str | None) -> None:
+    if note is not None:
+        click.echo(note, err=True)
 
 
 @main.command()
 @json_option
-@url_option
+@command_options
 def stats(as_json: bool, url: URL) -> None:
-    """The hub's figures (get_hub_stats and get_audit_stats together)."""
+    """The hub's figures (get_hub_stats and get_audit_stats together).
+
+    Lines in a pipe: figure, value.
+    """
     with _reading("reading the figures", url) as uow:
         figures = {**uow.get_hub_stats(), **uow.get_audit_stats()}
     if as_json:
         print_json(figures)
         return
-    table = Table(title="hub figures")
-    table.add_column("figure")
-    table.add_column("value", justify="right")
-    for name, value in figures.items():
-        table.add_row(name, str(value))
-    out().print(table)
+    show("hub figures", [key("figure", "figure"), key("value", "value", right=True)],
+         [{"figure": name, "value": value} for name, value in figures.items()])
 
 
 @main.command()
 @json_option
-@url_option
+@command_options
 def agents(as_json: bool, url: URL) -> None:
-    """Every agent, with its status and lease."""
+    """Every agent, with its status and lease.
+
+    Lines in a pipe: agent, cli, status, topics, last seen (UTC), lease until (UTC).
+    """
     with _reading("listing the agents", url) as uow:
         rows = uow.list_all_agents()
     _show(rows, as_json, "agents", [
-        ("agent", _key("agent_id")), ("cli", _key("cli")), ("status", _key("status")),
-        ("topics", _key("topics")), ("last seen (UTC)", _time("last_seen_ms")),
-        ("lease until (UTC)", _time("lease_expires_ms"))])
+        key("agent", "agent_id"), key("cli", "cli"), key("status", "status"),
+        key("topics", "topics", whole=False), _time("last seen (UTC)", "last_seen_ms"),
+        _time("lease until (UTC)", "lease_expires_ms")])
 
 
 @main.command()
 @click.option("--status", type=click.Choice(ASSIGN_STATUSES), default=None,
               help="Only jobs with this status.")
 @click.option("--worker", default=None, metavar="AGENT", help="Only this worker's jobs.")
-@click.option("--limit", type=click.IntRange(1, 100), default=50, show_default=True)
+@limit_option(50, "jobs")
+@offset_option("jobs")
 @json_option
-@url_option
-def jobs(status: Any, worker: str | None, limit: int, as_json: bool, url: URL) -> None:
-    """Assign jobs, most recently updated first."""
+@command_options
+def jobs(status: Any, worker: str | None, limit: int, offset: int, as_json: bool,
+         url: URL) -> None:
+    """Assign jobs, most recently updated first.
+
+    Lines in a pipe: job, status, worker, supervisor, task, attempt, updated (UTC).
+    """
     with _reading("listing the jobs", url) as uow:
-        rows = uow.list_assigns(status=status, worker_agent=worker, limit=limit)
+        rows, note = _page(
+            lambda n: uow.list_assigns(status=status, worker_agent=worker, limit=n),
+            offset, limit, "jobs", "most recently updated jobs",
+            "; narrow them with --status or --worker")
     _show(rows, as_json, "assign jobs", [
-        ("job", _key("job_id")), ("status", _key("status")), ("worker", _key("worker_agent")),
-        ("supervisor", _key("supervisor_agent")), ("task", _key("task")),
-        ("attempt", _key("attempt")), ("updated (UTC)", _time("updated_at_ms"))])
+        key("job", "job_id"), key("status", "status"), key("worker", "worker_agent"),
+        key("supervisor", "supervisor_agent"), key("task", "task", whole=False),
+        key("attempt", "attempt", right=True), _time("updated (UTC)", "updated_at_ms")])
+    _note(note)
 
 
 @main.command()
 @click.option("--agent", required=True, metavar="AGENT", help="Whose messages.")
-@click.option("--limit", type=click.IntRange(1, 100), default=20, show_default=True)
+@limit_option(20, "messages")
+@offset_option("messages")
 @json_option
-@url_option
-def messages(agent: str, limit: int, as_json: bool, url: URL) -> None:
-    """The newest messages for AGENT (sent to it or to its topics), as it polls them."""
+@command_options
+def messages(agent: str, limit: int, offset: int, as_json: bool, url: URL) -> None:
+    """The newest messages for AGENT (sent to it or to its topics), as it polls them.
+
+    Lines in a pipe: id, type, from, to, topic, priority, status, created (UTC), payload
+    (JSON).
+    """
     with _reading("reading the messages", url) as uow:
-        rows = uow.poll_for_agent(agent, limit)
+        rows, note = _page(lambda n: uow.poll_for_agent(agent, n), offset, limit,
+                           "messages", f"newest messages for {agent}", "")
     _show(rows, as_json, f"messages for {agent}", [
-        ("id", _key("id")), ("type", _key("type")), ("from", _key("from_agent")),
-        ("to", _key("to_agent")), ("topic", _key("topic")), ("priority", _key("priority")),
-        ("status", _key("status")), ("created (UTC)", _time("created_at_ms")),
-        ("payload", _key("payload"))])
+        key("id", "id"), key("type", "type"), key("from", "from_agent"),
+        key("to", "to_agent"), key("topic", "topic"),
+        key("priority", "priority", right=True), key("status", "status"),
+        _time("created (UTC)", "created_at_ms"), key("payload", "payload", whole=False)])
+    _note(note)
 
 
 @main.command()
 @click.argument("error_text")
 @json_option
-@url_option
+@command_options
 def reflexion(error_text: str, as_json: bool, url: URL) -> None:
-    """What the hub learned about ERROR_TEXT (lookup_solution), best first."""
+    """What the hub learned about ERROR_TEXT (lookup_solution), best first.
+
+    Lines in a pipe: id, pattern, solution, confidence, hits, successes.
+    """
     with _reading("looking up the error", url) as uow:
         entries = lookup_solution(uow, error_text).entries
     _show(entries, as_json, "reflexion entries", [
-        ("id", _key("id")), ("pattern", _key("error_pattern")),
-        ("solution", _key("solution")), ("confidence", _key("confidence")),
-        ("hits", _key("hit_count")), ("successes", _key("success_count"))])
+        key("id", "id"), key("pattern", "error_pattern", whole=False),
+        key("solution", "solution", whole=False), key("confidence", "confidence", right=True),
+        key("hits", "hit_count", right=True), key("successes", "success_count", right=True)])
