@@ -8,7 +8,7 @@ sync method off the event loop (see :mod:`hubstore.aio`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, Unpack
 
 from hubstore.models import (
@@ -477,6 +477,34 @@ class AsyncOperations:
         None when it has none: how long a waiter may sleep without missing it.
         """
         return await self._call(self._sync_ops().next_due_ms, worker_agent)
+
+    async def assign_many(
+        self, supervisor_agent: str, worker_agent: str, jobs: Sequence[Mapping[str, Any]]
+    ) -> list[AssignJob]:
+        """Await :meth:`HubStore.assign_many`: ``assign_async`` for each of ``jobs`` (each a
+        mapping of its keyword arguments: task, payload, priority, ...), all in one
+        transaction: every job and its dispatch message, or none of them (a bad one is
+        refused before anything is written).
+        """
+        return await self._call(self._sync_ops().assign_many, supervisor_agent, worker_agent, jobs)
+
+    async def claim_next_assigns(self, worker_agent: str, limit: int = 10) -> list[AssignJob]:
+        """Await :meth:`HubStore.claim_next_assigns`: Up to ``limit`` of the worker's due
+        queued jobs, now running, in one statement, in claim order (as ``claim_next_assign``
+        would take them one by one). Two claimers never get the same job. An empty list when
+        none is queued.
+        """
+        return await self._call(self._sync_ops().claim_next_assigns, worker_agent, limit)
+
+    async def report_assign_results(
+        self, reports: Sequence[Mapping[str, Any]], worker_agent: str | None = None
+    ) -> list[AssignOutcome]:
+        """Await :meth:`HubStore.report_assign_results`: ``report_assign_result`` for each
+        of ``reports`` (each a mapping of its keyword arguments: job_id, status, attempt,
+        result, error, metadata; ``worker_agent`` for all of them unless a report names its
+        own), in one transaction: every report, or (when one raises) none of them.
+        """
+        return await self._call(self._sync_ops().report_assign_results, reports, worker_agent)
 
     async def add_reflexion(
         self,

@@ -49,6 +49,7 @@ from hubstore._aio_ops import AsyncOperations
 from hubstore.database import AssignListener
 from hubstore.engine import BUSY_TIMEOUT_MS
 from hubstore.models import AssignJob, Message
+from hubstore.services.assign_hub import MAX_BATCH
 from hubstore.services.assigns import put_back_claim
 from hubstore.services.waiting import (
     MessageFeed,
@@ -357,23 +358,33 @@ class AsyncHubStore(AsyncOperations):
 
     async def _claim(self, worker_agent: str) -> AssignJob | None:
         """One claim, committed only once this task has taken the job."""
+        jobs = await self._claim_jobs(worker_agent, None)
+        return jobs[0] if jobs else None
+
+    async def _claim_jobs(self, worker_agent: str, limit: int | None) -> list[AssignJob]:
+        """One claim (of up to ``limit`` jobs; None: claim_next_assign's one), committed
+        only once this task has taken the jobs."""
         loop = self._loop_now()
-        offered: asyncio.Future[AssignJob] = loop.create_future()
+        offered: asyncio.Future[list[AssignJob]] = loop.create_future()
         accepted: concurrent.futures.Future[bool] = concurrent.futures.Future()
 
-        def claim() -> AssignJob | None:
+        def claim() -> list[AssignJob]:
             with self.sync.unit_of_work() as uow:
-                job = uow.claim_next_assign(worker_agent)
-                if job is None:
-                    return None
-                _call_soon(loop, _settle, offered, job)
+                if limit is None:
+                    one = uow.claim_next_assign(worker_agent)
+                    jobs = [] if one is None else [one]
+                else:
+                    jobs = uow.claim_next_assigns(worker_agent, limit)
+                if not jobs:
+                    return []
+                _call_soon(loop, _settle, offered, jobs)
                 try:
                     keep = accepted.result(timeout=ACCEPT_TIMEOUT_S)
                 except concurrent.futures.TimeoutError:
                     keep = False
                 if not keep:
                     raise _Declined
-            return job
+            return jobs
 
         done = await self._submit(claim)
         try:
@@ -390,11 +401,28 @@ class AsyncHubStore(AsyncOperations):
         accepted.set_result(True)
         try:
             return await asyncio.shield(done)
-        except asyncio.CancelledError:  # during the commit: put the job back afterwards
-            job = await _quietly(done)
-            if job is not None:
+        except asyncio.CancelledError:  # during the commit: put the jobs back afterwards
+            claimed = await _quietly(done)
+            for job in claimed or []:
                 await _finish(await self._submit(put_back_claim, self.sync, job))
             raise
+
+    async def wait_for_assigns(self, worker_agent: str, limit: int = 10,
+                               timeout_s: float | None = 30.0) -> list[AssignJob]:
+        """:meth:`HubStore.wait_for_assigns` without blocking the event loop (cancelled,
+        it takes nothing, as wait_for_assign)."""
+        require_id(worker_agent, "worker_agent")
+        require_int(limit, "limit", minimum=1, maximum=MAX_BATCH)
+        deadline = deadline_after(timeout_s)
+        async with _Wake(self, signals.ASSIGNS, [signals.worker_key(worker_agent)]) as wake:
+            while True:
+                wake.clear()
+                jobs = await self._claim_jobs(worker_agent, limit)
+                if jobs:
+                    return jobs
+                due = await self._call(due_at, self.sync, worker_agent)
+                if not await wake.pause(deadline, due):
+                    return []
 
     async def message_feed(self, agent_id: str, include_topics: Iterable[str] | None = None,
                            cursor: str | None = None) -> AsyncMessageFeed:

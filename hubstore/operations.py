@@ -98,6 +98,9 @@ class HubOperations:
     sweep_timed_out_assigns = assign_hub.sweep_timed_out_assigns
     claim_next_assign = assign_hub.claim_next_assign
     next_due_ms = assign_hub.next_due_ms
+    assign_many = assign_hub.assign_many
+    claim_next_assigns = assign_hub.claim_next_assigns
+    report_assign_results = assign_hub.report_assign_results
 
     # Reflexion
     add_reflexion = reflexion.add_reflexion

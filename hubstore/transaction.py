@@ -35,14 +35,14 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Protocol, Self, TypeVar
 
 from sqlalchemy import Connection, event, inspect, select
-from sqlalchemy.engine import URL, RootTransaction
+from sqlalchemy.engine import RootTransaction
 from sqlalchemy.orm import Session
 
 from hubstore import execution, sqlite
 from hubstore.db_errors import failed_statement, translate
 from hubstore.dialects import SqlDialect
 from hubstore.errors import HubStoreError, ReadOnlyUnitOfWork, ValidationError
-from hubstore.urls import sqlite_path
+from hubstore.urls import same_database
 
 if TYPE_CHECKING:
     from hubstore.database import Database
@@ -470,17 +470,6 @@ class JoinedTransaction(Transaction):
         event.listen(target, commit, committed, once=True)
         event.listen(target, rollback, rolled_back, once=True)
 
-
-def same_database(a: URL, b: URL) -> bool:
-    """Whether two URLs name one database (SQLite: one file; else host, port, name)."""
-    if a.get_backend_name() != b.get_backend_name():
-        return False
-    if a.get_backend_name() == "sqlite":
-        first, second = sqlite_path(a), sqlite_path(b)
-        return first is not None and second is not None and (
-            first.resolve() == second.resolve())
-    return ((a.host or "localhost", a.port or 5432, a.database)
-            == (b.host or "localhost", b.port or 5432, b.database))
 
 def _reload_expired(session: Session) -> None:
     """Load again, in the committing transaction, the objects that the store's writes

@@ -141,3 +141,15 @@ def ensure_sqlite_file(url: URL) -> None:
     except FileExistsError:
         return
     os.close(fd)
+
+
+def same_database(a: URL, b: URL) -> bool:
+    """Whether two URLs name one database (SQLite: one file; else host, port, name)."""
+    if a.get_backend_name() != b.get_backend_name():
+        return False
+    if a.get_backend_name() == "sqlite":
+        first, second = sqlite_path(a), sqlite_path(b)
+        return first is not None and second is not None and (
+            first.resolve() == second.resolve())
+    return ((a.host or "localhost", a.port or 5432, a.database)
+            == (b.host or "localhost", b.port or 5432, b.database))

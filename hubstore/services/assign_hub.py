@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from sqlalchemy import (
@@ -29,6 +30,7 @@ from hubstore.errors import (
     StaleAttempt,
     ValidationError,
     WorkerMismatch,
+    describe,
 )
 from hubstore.execution import Prepared, execute, from_row
 from hubstore.ids import now_ms, uuidv7
@@ -52,7 +54,14 @@ from hubstore.services.assigns import (
 from hubstore.services.base import const, resolve_now
 from hubstore.services.messages import message_row, record_message
 from hubstore.transaction import Scope, Transaction
-from hubstore.validation import json_value, lookup_key, optional_int, require_id, require_text
+from hubstore.validation import (
+    json_value,
+    lookup_key,
+    optional_int,
+    require_id,
+    require_int,
+    require_text,
+)
 
 EVENT_TOPIC = "assign.result"
 #: A supervisor event's priority is at least this (the reference's Math.max(5, priority)).
@@ -63,6 +72,9 @@ _jobs = table_of(AssignJob)
 _messages = table_of(Message)
 #: The hub's messages hold a job's payload, result or error one level down.
 ENVELOPE_DEPTH = MAX_JSON_DEPTH + 1
+#: The keys of one report of report_assign_results.
+REPORT_FIELDS = frozenset({"job_id", "status", "worker_agent", "attempt", "result", "error",
+                           "metadata"})
 #: The keyword arguments assign_async passes on to create_assign.
 CREATE_FIELDS = frozenset(inspect.signature(create_assign).parameters) - {
     "scope", "supervisor_agent", "worker_agent"}
@@ -154,6 +166,26 @@ _CLAIM = Prepared(
     .values(status="running", updated_at_ms=NOW, **running_times())
     .returning(*_c), _jobs)
 
+#: Claim up to p_limit of the worker's due queued jobs in one statement (the same order,
+#: guard and values as _CLAIM; PostgreSQL skips the rows other claimers hold).
+#: The rows are picked once, in a materialized WITH query: an IN subquery with SKIP
+#: LOCKED may be run again for each row by PostgreSQL's planner, and pick other rows
+#: each time (more than the limit).
+_PICKED = (_NEXT_QUEUED.limit(bindparam("p_limit", type_=Integer)).cte("picked")
+           .prefix_with("MATERIALIZED", dialect="postgresql"))
+_CLAIM_MANY = Prepared(
+    update(_jobs)
+    .where(_c.job_id.in_(select(_PICKED.c.job_id)), _c.status == const(rules.CLAIMABLE))
+    .values(status="running", updated_at_ms=NOW, **running_times())
+    .returning(*_c), _jobs)
+#: The most jobs one batch call takes.
+MAX_BATCH = 1_000
+
+
+def _claim_order(job: AssignJob) -> tuple[int, int, str]:
+    """The claim's order: highest priority, then oldest, then by id."""
+    return (-job.priority, job.created_at_ms, job.job_id)
+
 
 @functools.cache
 def _finish_statement(sql: SqlDialect, retryable: bool) -> Prepared:
@@ -244,11 +276,7 @@ def assign_async(scope: Scope, supervisor_agent: str, worker_agent: str, **field
 
     ``fields`` are create_assign's keyword arguments; an unknown one is a
     ValidationError (nothing is written)."""
-    unknown = sorted(set(fields) - CREATE_FIELDS)
-    if unknown:
-        raise ValidationError(
-            f"assign_async got unknown field(s) {', '.join(map(repr, unknown))}; "
-            f"it takes {', '.join(sorted(CREATE_FIELDS))}")
+    _check_fields(fields)
     with scope.unit_of_work() as uow:
         return dispatch(uow, create_assign(uow, supervisor_agent, worker_agent, **fields),
                         "create")
@@ -385,3 +413,72 @@ def claim_next_assign(scope: Scope, worker_agent: str) -> AssignJob | None:
             return None
         announce(uow, job)
         return job
+
+
+def _batch_size(value: object, what: str) -> int:
+    """A batch's size: a whole number in 1..MAX_BATCH."""
+    return require_int(value, what, minimum=1, maximum=MAX_BATCH)
+
+
+def claim_next_assigns(scope: Scope, worker_agent: str, limit: int = 10) -> list[AssignJob]:
+    """Up to ``limit`` of the worker's due queued jobs, now running, in one statement, in
+    claim order (as ``claim_next_assign`` would take them one by one). Two claimers never
+    get the same job. An empty list when none is queued."""
+    require_id(worker_agent, "worker_agent")
+    size = _batch_size(limit, "limit")
+    with scope.one_statement() as uow:  # PostgreSQL: one round trip, in autocommit
+        jobs = sorted(_CLAIM_MANY.instances(
+            uow, {"p_worker": worker_agent, "p_now": now_ms(), "p_limit": size}, AssignJob),
+            key=_claim_order)
+        for job in jobs:
+            announce(uow, job)
+        return jobs
+
+
+def assign_many(scope: Scope, supervisor_agent: str, worker_agent: str,
+                jobs: Sequence[Mapping[str, Any]]) -> list[AssignJob]:
+    """``assign_async`` for each of ``jobs`` (each a mapping of its keyword arguments:
+    task, payload, priority, ...), all in one transaction: every job and its dispatch
+    message, or none of them (a bad one is refused before anything is written)."""
+    items = _batch_items(jobs, "jobs")
+    for item in items:
+        _check_fields(item)
+    with scope.unit_of_work() as uow:
+        return [dispatch(uow, create_assign(uow, supervisor_agent, worker_agent, **item),
+                         "create") for item in items]
+
+
+def report_assign_results(scope: Scope, reports: Sequence[Mapping[str, Any]],
+                          worker_agent: str | None = None) -> list[AssignOutcome]:
+    """``report_assign_result`` for each of ``reports`` (each a mapping of its keyword
+    arguments: job_id, status, attempt, result, error, metadata; ``worker_agent`` for
+    all of them unless a report names its own), in one transaction: every report, or
+    (when one raises) none of them."""
+    items = _batch_items(reports, "reports")
+    unknown = sorted({key for item in items for key in item} - REPORT_FIELDS)
+    if unknown:
+        raise ValidationError(
+            f"report_assign_results got unknown field(s) {', '.join(map(repr, unknown))}; "
+            f"a report takes {', '.join(sorted(REPORT_FIELDS))}")
+    with scope.unit_of_work() as uow:
+        return [report_assign_result(uow, **{"worker_agent": worker_agent, **item})
+                for item in items]
+
+
+def _batch_items(items: object, what: str) -> list[dict[str, Any]]:
+    """The batch as a list of dicts (refused unless a sequence of mappings, 1..MAX_BATCH)."""
+    if isinstance(items, str | bytes) or not isinstance(items, Sequence):
+        raise ValidationError(f"{what} must be a list of mappings, not {describe(items)}")
+    _batch_size(len(items), f"the number of {what}")
+    for item in items:
+        if not isinstance(item, Mapping):
+            raise ValidationError(f"each of {what} must be a mapping, not {describe(item)}")
+    return [dict(item) for item in items]
+
+
+def _check_fields(fields: Mapping[str, Any]) -> None:
+    unknown = sorted(set(fields) - CREATE_FIELDS)
+    if unknown:
+        raise ValidationError(
+            f"assign_async got unknown field(s) {', '.join(map(repr, unknown))}; "
+            f"it takes {', '.join(sorted(CREATE_FIELDS))}")

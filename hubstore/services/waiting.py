@@ -27,10 +27,15 @@ from hubstore.errors import ValidationError, describe
 from hubstore.execution import Prepared, from_row
 from hubstore.ids import now_ms
 from hubstore.models import TOPIC_FEED_WHERE, AssignJob, Message, MessageLog, table_of
-from hubstore.services.assign_hub import claim_next_assign, next_due_ms
+from hubstore.services.assign_hub import (
+    MAX_BATCH,
+    claim_next_assign,
+    claim_next_assigns,
+    next_due_ms,
+)
 from hubstore.services.messages import feed_topics
 from hubstore.transaction import Scope, Transaction
-from hubstore.validation import as_number, require_id, string_list
+from hubstore.validation import as_number, require_id, require_int, string_list
 
 MAX_FEED_BATCH = 1000
 CURSOR_PREFIX = "feed1:"
@@ -273,6 +278,26 @@ class WaitingOps:
                     return job
                 if not pause(sub, deadline, due):
                     return None
+
+    def wait_for_assigns(self, worker_agent: str, limit: int = 10,
+                         timeout_s: float | None = 30.0) -> list[AssignJob]:
+        """Claim up to ``limit`` of the worker's queued jobs (as ``claim_next_assigns``);
+        when there are none, wait until any process queues one and claim what is there
+        then. An empty list once ``timeout_s`` passed."""
+        require_id(worker_agent, "worker_agent")
+        require_int(limit, "limit", minimum=1, maximum=MAX_BATCH)
+        deadline = deadline_after(timeout_s)
+        watcher = self.change_watcher()
+        with watcher.subscribe(signals.ASSIGNS, [signals.worker_key(worker_agent)]) as sub:
+            while True:
+                sub.clear()
+                with self.unit_of_work() as uow:
+                    jobs = claim_next_assigns(uow, worker_agent, limit)
+                    due = None if jobs else due_at(uow, worker_agent)
+                if jobs:
+                    return jobs
+                if not pause(sub, deadline, due):
+                    return []
 
     def message_feed(self, agent_id: str, include_topics: Iterable[str] | None = None,
                      cursor: str | None = None) -> MessageFeed:
