@@ -21,9 +21,9 @@ import pytest_asyncio
 from sqlalchemy.engine import URL
 
 from hubstore import HubStore, aio
-from hubstore._aio_codegen import _store_functions, formatted, generate
-from hubstore._aio_ops import AsyncOperations
 from hubstore.aio import AsyncHubStore, AsyncUnitOfWork
+from hubstore.aio_codegen import formatted, generate, store_functions
+from hubstore.aio_methods import AsyncOperations
 from hubstore.errors import (
     AssignNotFound,
     HubStoreError,
@@ -55,19 +55,19 @@ def public_methods(cls: type) -> list[str]:
 # --- the API's shape -------------------------------------------------------------------
 
 async def test_every_store_method_is_a_coroutine_with_the_sync_signature() -> None:
-    names = {function.__name__ for function in _store_functions()}
+    names = {function.__name__ for function in store_functions()}
     assert len(names) > 50 and names < set(public_methods(HubOperations))
     for name in sorted(names):
         # (bound: the sync method's scope, the async method's self, are left out)
         sync = inspect.signature(getattr(HubStore, name).__get__(object()))
         for owner in (AsyncHubStore, AsyncUnitOfWork):
             method = getattr(owner, name, None)
-            assert method is not None, f"{name}: run python -m hubstore._aio_codegen"
+            assert method is not None, f"{name}: run python -m hubstore.aio_codegen"
             assert inspect.iscoroutinefunction(method), (owner, name)
             bound = inspect.signature(method.__get__(object()))
             assert bound.parameters == sync.parameters, (
                 f"{owner.__name__}.{name} differs from the sync method: "
-                "run python -m hubstore._aio_codegen")
+                "run python -m hubstore.aio_codegen")
     for name in ("wait_for_assign", "message_feed", "close"):
         assert inspect.iscoroutinefunction(getattr(AsyncHubStore, name))
 
@@ -76,7 +76,7 @@ async def test_every_store_method_is_a_coroutine_with_the_sync_signature() -> No
 async def test_the_generated_methods_are_up_to_date() -> None:
     written = str(inspect.getsourcefile(AsyncOperations))
     with open(written, encoding="utf-8") as file:
-        assert formatted(generate()) == file.read(), "run: python -m hubstore._aio_codegen"
+        assert formatted(generate()) == file.read(), "run: python -m hubstore.aio_codegen"
 
 
 # --- parity with the sync API -----------------------------------------------------------
