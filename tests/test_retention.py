@@ -154,7 +154,7 @@ def test_prune_refuses_bad_arguments(store: HubStore, args: dict[str, Any], says
 def test_batches_are_found_through_an_index(store: HubStore, backend: str) -> None:
     """Each batch reads one index range (priority, created_at_ms): no table scan."""
     params = {"p_priority": 5, "p_from": 0, "p_before": NOW, "p_limit": 10}
-    plan = query_plan(store, retention._BATCH.params(**params))
+    plan = query_plan(store, retention.BATCH.params(**params))
     if backend == "sqlite":
         assert "USING INDEX idx_messages_priority (priority=? AND created_at_ms>? " \
                "AND created_at_ms<?)" in plan, plan
