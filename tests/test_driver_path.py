@@ -8,12 +8,12 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, event
+from sqlalchemy import Connection, bindparam, event, insert, select
 
 from hubstore import HubStore
 from hubstore.errors import DuplicateKey, HubStoreError, ValidationError
 from hubstore.execution import Prepared
-from hubstore.services import assigns, messages
+from hubstore.models import AssignJob, Message, table_of
 from tests.helpers import record_calls
 
 #: Values whose Python type a careless read changes (0.0 read back as 0, a JSON
@@ -107,16 +107,23 @@ def test_claim_and_finish_are_the_same_on_the_driver_and_through_the_layer(
     assert through_layer == on_driver
 
 
+#: A job's row by id, and a whole row inserted (the store's own statements, as
+#: hubstore.services.assigns prepares them).
+JOBS = table_of(AssignJob)
+SELECT_JOB = Prepared(select(JOBS).where(JOBS.c.job_id == bindparam("p_job_id")), JOBS)
+INSERT_JOB = Prepared(insert(JOBS).values({c.name: bindparam(c.name) for c in JOBS.c}), JOBS)
+
+
 def _duplicate_and_bad_value(store: HubStore) -> list[tuple[type[BaseException], str, Any]]:
     """A duplicate key and a value the database refuses, each in its own unit of work."""
     job = store.assign_async("lead", "w", task="t")
     with store.unit_of_work(write=False) as uow:
-        row = assigns._SELECT.rows(uow, {"p_job_id": job.job_id})[0]
+        row = SELECT_JOB.rows(uow, {"p_job_id": job.job_id})[0]
     found: list[tuple[type[BaseException], str, Any]] = []
     attempts: list[Callable[[Any], Any]] = [
-        lambda uow: assigns._INSERT.run(uow, row),
-        lambda uow: assigns._INSERT.run(uow, {**row, "job_id": "x" + job.job_id,
-                                              "priority": 2**40}),  # outside INTEGER
+        lambda uow: INSERT_JOB.run(uow, row),
+        lambda uow: INSERT_JOB.run(uow, {**row, "job_id": "x" + job.job_id,
+                                         "priority": 2**40}),  # outside INTEGER
     ]
     for attempt in attempts:
         with pytest.raises(HubStoreError) as caught, store.unit_of_work() as uow:
@@ -138,9 +145,7 @@ def test_errors_are_the_same_on_the_driver_and_through_the_layer(store: HubStore
 
 def test_a_statement_with_an_in_list_runs_through_the_layer_on_postgresql(
         store: HubStore) -> None:
-    from sqlalchemy import bindparam, select
-
-    table = messages._messages
+    table = table_of(Message)
     listed = Prepared(select(table.c.id).where(
         table.c.id.in_(bindparam("ids", expanding=True))).order_by(table.c.id), table)
     first = store.audit_log("event", "a", "b", "t")
