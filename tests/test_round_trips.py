@@ -181,8 +181,6 @@ def test_a_connection_goes_back_to_the_pool_as_it_came(
     and undone before the pool gets it back; one that cannot be undone is dropped."""
     if store.dialect != "postgresql":
         pytest.skip("SQLite keeps its own connections per thread")
-    from hubstore import connections
-
     with store.unit_of_work() as uow:
         driver = uow.driver
         assert (driver.autocommit, driver.read_only) == (False, None)
@@ -195,10 +193,14 @@ def test_a_connection_goes_back_to_the_pool_as_it_came(
         uow.register_agent("w", "codex")
         assert driver.info.transaction_status.name == "INTRANS"
 
-    def refused(_conn: Any) -> None:
-        raise RuntimeError("cannot undo")
+    real = type(driver).autocommit  # psycopg's property
 
-    monkeypatch.setattr(connections, "_restore_mode", refused)
+    def refused(conn: Any, value: bool) -> None:  # autocommit may go on, never off again
+        if not value:
+            raise RuntimeError("cannot undo")
+        real.fset(conn, value)
+
+    monkeypatch.setattr(type(driver), "autocommit", property(real.fget, refused))
     with store.one_statement() as uow:
         assert uow.driver is driver
     monkeypatch.undo()
