@@ -1,4 +1,5 @@
-"""The index-backed paths return exactly what the reference's plain queries return."""
+"""The index-backed reads (the poll, the pattern search, the claim) return exactly what
+the reference's plain queries return, and SQLite's plans use the indexes."""
 
 from __future__ import annotations
 

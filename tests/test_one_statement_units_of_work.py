@@ -1,6 +1,9 @@
-"""PostgreSQL round trips (issue 11): no ping before a connection in steady use, a ping
-(and a fresh connection) after an idle spell, and claim and finish as one statement each,
-in autocommit, with the same rows as the general path."""
+"""Units of work of one statement (a write, or a read of one SELECT) run in autocommit:
+on PostgreSQL one round trip (no BEGIN, COMMIT or ping; a ping, and a fresh connection,
+only after an idle spell), on SQLite no BEGIN or COMMIT either. A job's claim and its
+routine finish are one statement each, with the same rows as the general path. Inside
+an open unit of work they join it; a second statement of one is refused (SQLite); the
+connection goes back to the pool as it came."""
 
 from __future__ import annotations
 

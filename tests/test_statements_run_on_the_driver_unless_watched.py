@@ -1,6 +1,7 @@
-"""Prepared statements on the driver (no engine listener watching statements) and through
-SQLAlchemy's execution layer (a listener watching): the same rows, the same Python types,
-the same errors, on both dialects; and on PostgreSQL the hot paths skip the layer."""
+"""Prepared statements run on the driver while no engine listener watches statements, and
+through SQLAlchemy's execution layer once one does: the same rows, the same Python
+types, the same errors either way, on both dialects; and on PostgreSQL the hot paths
+skip the layer."""
 
 from __future__ import annotations
 
