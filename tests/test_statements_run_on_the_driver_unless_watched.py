@@ -1,11 +1,11 @@
 """Prepared statements run on the driver while no engine listener watches statements, and
-through SQLAlchemy's execution layer once one does: the same rows, the same Python
-types, the same errors either way, on both dialects; and on PostgreSQL the hot paths
-skip the layer."""
+through SQLAlchemy's execution layer once one does, so that cursor events see every
+common call: the same rows, the same Python types, the same errors either way, on both
+dialects; and on PostgreSQL the hot paths skip the layer."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -158,3 +158,52 @@ def test_a_statement_with_an_in_list_runs_through_the_layer_on_postgresql(
             return
         rows = listed.rows(uow, {"ids": [first.id, second.id]})
     assert [r["id"] for r in rows] == sorted([first.id, second.id])
+
+
+# --- cursor events see every call; without a listener, SQLite's driver ------------
+
+
+def _each_common_call(store: HubStore) -> Iterator[tuple[str, Any]]:
+    yield "register_agent", lambda: store.register_agent("w", "codex", topics=["t"])
+    yield "refresh_lease", lambda: store.refresh_lease("w")
+    yield "audit_log", lambda: store.audit_log("event", "lead", "w", "t")
+    yield "poll_for_agent", lambda: store.poll_for_agent("w")
+    yield "assign_async", lambda: store.assign_async("lead", "w", task="x")
+    yield "claim_next_assign", lambda: store.claim_next_assign("w")
+    yield "get_assign", lambda: store.get_assign(store.list_assigns()[0].job_id)
+    yield "add_reflexion", lambda: store.add_reflexion("TypeError", "x is None", "check x")
+    yield "find_reflexion", lambda: store.find_reflexion("TypeError")
+
+
+def test_every_common_call_is_seen_by_cursor_events(store: HubStore) -> None:
+    before: list[str] = []
+    after: list[str] = []
+    event.listen(store.engine, "before_cursor_execute",
+                 lambda conn, cursor, statement, *_: before.append(statement))
+    event.listen(store.engine, "after_cursor_execute",
+                 lambda conn, cursor, statement, *_: after.append(statement))
+    for name, call in _each_common_call(store):
+        seen = len(before)
+        call()
+        assert len(before) > seen, f"{name} ran no statement the events saw"
+    assert after == before
+
+
+def test_without_a_listener_the_sqlite_fast_path_skips_the_execution_layer(
+        store: HubStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sqlalchemy import Connection
+
+    from tests.helpers import record_calls
+
+    through = record_calls(monkeypatch, Connection, "exec_driver_sql")
+    store.register_agent("w", "codex")
+    store.refresh_lease("w")
+    store.audit_log("event", "lead", "w", "t")
+    assert len(store.poll_for_agent("w")) == 1
+    if store.dialect == "sqlite":
+        assert through == []  # run on the driver
+        event.listen(store.engine, "before_cursor_execute", lambda *_: None)
+        store.refresh_lease("w")  # a listener now: decided again on this very call
+        assert through
+    agent = store.get_agent("w")
+    assert agent is not None and agent.status == "online"
