@@ -1,19 +1,28 @@
 """A database that cannot serve raises the HubStoreError of its kind, saying why, with the
-driver's error as its cause: a PostgreSQL server that never answers (PostgreSQL
-connects with a default timeout the URL may override) or refuses, or that kills a
-connection (DatabaseUnavailable). The store goes on once the database serves again,
-and replaces an idle connection the server killed without a word.
+driver's error as its cause: a SQLite file that cannot be created, is read-only or is
+full (DatabaseUnavailable), or whose lock is held past the busy timeout (DatabaseBusy);
+a PostgreSQL server that never answers (PostgreSQL connects with a default timeout the
+URL may override) or refuses, or that kills a connection (DatabaseUnavailable). The
+store goes on once the database serves again, and replaces an idle connection the
+server killed without a word.
 """
 
 from __future__ import annotations
 
+import shutil
+import sqlite3
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from sqlalchemy import event, text
+from sqlalchemy import inspect as sa_inspect
 
 from hubstore import HubStore, engine
+from hubstore.errors import DatabaseBusy, DatabaseUnavailable
+from tests.test_hostile_inputs import snapshot
 
 # --- PostgreSQL: connect timeout, refused, a connection killed --------------------
 
@@ -119,3 +128,71 @@ def test_an_idle_connection_killed_by_the_server_is_replaced_unseen(
     store.register_agent("after", "codex")  # pinged, found dead, connected afresh
     assert _backend_pid(store) != pid
     assert sorted(a.agent_id for a in store.list_all_agents()) == ["after", "before"]
+
+
+# --- SQLite: a file that cannot be created, read-only, full or locked -------------
+
+
+def test_a_file_that_cannot_be_created_is_unavailable(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(DatabaseUnavailable):
+        HubStore.open(f"sqlite:///{blocker}/hub.db", auto_migrate=True)
+
+
+@pytest.fixture
+def sqlite_store(tmp_path: Path, sqlite_template: Path) -> Iterator[HubStore]:
+    """A migrated SQLite file of this test's own (these are a file's own failures)."""
+    path = tmp_path / "hub.db"
+    shutil.copyfile(sqlite_template, path)
+    with HubStore.open(f"sqlite:///{path}") as hub:
+        yield hub
+
+
+def test_a_read_only_file_is_unavailable_with_the_reason(sqlite_store: HubStore) -> None:
+    sqlite_store.audit_log("event", "a", "b", "t")
+    path = sqlite_store.url.database
+    with HubStore.open(f"sqlite:///file:{path}?mode=ro&uri=true") as read_only:
+        assert read_only.get_hub_stats()["total_messages"] == 1
+        with pytest.raises(DatabaseUnavailable, match="read-only") as info:
+            read_only.audit_log("event", "a", "b", "t")
+        assert isinstance(_root(info.value), sqlite3.Error)
+    assert sqlite_store.get_hub_stats()["total_messages"] == 1
+
+
+def test_a_full_disk_is_unavailable_with_the_reason(sqlite_store: HubStore) -> None:
+    # SQLite's own SQLITE_FULL: the store's connection may not grow the file further.
+    with sqlite_store.unit_of_work() as uow:
+        pages = uow.connection.exec_driver_sql("PRAGMA page_count").scalar()
+        uow.connection.exec_driver_sql(f"PRAGMA max_page_count = {pages}")
+    tables = sorted(sa_inspect(sqlite_store.engine).get_table_names())
+    before = snapshot(sqlite_store, tables)
+    with pytest.raises(DatabaseUnavailable, match="full") as info:
+        sqlite_store.audit_log("event", "a", "b", "t", payload={"x": "y" * 200_000})
+    assert isinstance(_root(info.value), sqlite3.Error)
+    assert snapshot(sqlite_store, tables) == before
+
+
+def test_a_lock_held_past_the_busy_timeout_is_busy(sqlite_store: HubStore) -> None:
+    path = sqlite_store.url.database
+    assert path is not None
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        with HubStore.open(sqlite_store.url, busy_timeout_ms=200) as other:
+            started = time.monotonic()
+            with pytest.raises(DatabaseBusy, match=r"busy timeout|locked") as info:
+                other.audit_log("event", "a", "b", "t")
+            assert time.monotonic() - started < 5
+            assert isinstance(_root(info.value), sqlite3.Error | TimeoutError) or \
+                info.value.__cause__ is not None
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert sqlite_store.get_hub_stats()["total_messages"] == 0
+
+
+def _root(exc: BaseException) -> BaseException:
+    while exc.__cause__ is not None:
+        exc = exc.__cause__
+    return exc

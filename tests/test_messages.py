@@ -125,3 +125,21 @@ def test_deliver_and_ack_compatibility(store: HubStore) -> None:
     assert store.deliver_to_agent(msg.id, "") is False
     assert store.deliver_to_agent("missing", "b") is False
     assert store.ack_messages("b", [msg.id]) == 0
+
+
+# --- polling ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("count", [201, 500, 600])
+def test_polling_with_hundreds_of_topics(store: HubStore, count: int) -> None:
+    topics = [f"t.{i}" for i in range(count)]
+    store.register_agent("many", "codex", topics=topics)
+    first = store.audit_log("event", "a", "topic:t.0", "t.0")
+    last = store.audit_log("event", "a", f"topic:t.{count - 1}", f"t.{count - 1}")
+    store.audit_log("event", "a", "topic:other", "other")
+    direct = store.audit_log("event", "a", "many", "x")
+    assert [m.id for m in store.poll_for_agent("many")] == [direct.id, last.id, first.id]
+    assert [m.id for m in store.poll_for_agent("other-agent", 5, topics)] == [
+        last.id, first.id]
+    feed = store.message_feed("many", cursor="feed1:0")
+    assert {m.id for m in feed.next(timeout_s=0)} == {first.id, last.id, direct.id}

@@ -1,4 +1,5 @@
-"""Reflexion: find with context filters, substring fallback, hits, prune, learn/lookup."""
+"""Reflexion: find with context filters, substring fallback, hits, prune, learn/lookup;
+the helpers raise only HubStoreErrors."""
 
 from __future__ import annotations
 
@@ -154,3 +155,17 @@ def test_learn_inside_a_unit_of_work_is_rolled_back_with_it(store: HubStore) -> 
         assert len(uow.find_reflexion("boom at <file>:<line>")) == 1
         raise RuntimeError("abort")
     assert store.find_reflexion("boom at <file>:<line>") == []
+
+
+def test_reflexion_helpers_raise_only_hubstore_errors(store: HubStore) -> None:
+    assert lookup_solution(store, 5).found is False  # no pattern: nothing to look up
+    assert learn_from_error(store, ["not", "text"], "fix") is None  # type: ignore[arg-type]
+    with pytest.raises(ValidationError):
+        lookup_solution(store, "TypeError: x", context=5)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError):
+        learn_from_error(store, "TypeError: x", ["fix"])  # type: ignore[arg-type]
+    with pytest.raises(ValidationError):
+        report_outcome(store, 5, True)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="surrogate"):
+        learn_from_error(store, "TypeError: \ud800", "fix")
+    assert store.list_reflexion() == []
