@@ -1,5 +1,6 @@
 """JSON columns keep every value's form (floats stay floats, ints stay ints, a
-payload is stored as the reference stores it), and refuse what is not strict JSON."""
+payload is stored as the reference stores it), and refuse what is not strict JSON;
+SQLite's lean reader gives what the column type's own reading gives."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ from typing import Any
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.dialects import sqlite
 
 from hubstore import HubStore, ValidationError
-from hubstore.jsontype import dumps
+from hubstore.jsontype import JSONText, dumps
 from tests.test_hostile_inputs import same
 
 ODD_VALUES = [123, "123", [], True, False, 0, "", 1.5, -0.25, 10 ** 15, {}, "null",
@@ -104,3 +106,23 @@ def test_audit_log_payload_none_is_an_empty_object_and_a_list_stays(store: HubSt
         message = store.audit_log("event", "a", "b", "t", payload=payload)
         again = store.get_message(message.id)
         assert again is not None and same(stored, again.payload)
+
+
+# --- SQLite's reader (the JSON decoder's scanner) ---------------------------------
+
+
+TEXTS = ['{"a":1,"b":[1,2.5,null,true]}', "[]", "123", '"123"', "null", " {} ", "{}\n",
+         "not json", "", '{"a":', "NaN", "-0.0", '{"k":"\\u00e9\\ud83d\\ude00"}', "[1] [2]",
+         "1e400", '{"a":{"b":{"c":[[[]]]}}}']
+
+
+@pytest.mark.parametrize("fallback", ["{}", "[]", "null"])
+def test_the_sqlite_reader_reads_every_text_as_process_result_value(fallback: str) -> None:
+    column = JSONText(fallback)
+    read = column.sqlite_reader()
+    dialect = sqlite.dialect()
+    for raw in [*TEXTS, None]:
+        expected = column.process_result_value(raw, dialect)
+        got = read(raw)
+        assert got == expected or (got != got and expected != expected), raw  # NaN
+        assert type(got) is type(expected), raw

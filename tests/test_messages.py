@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from sqlalchemy import inspect
 
 from hubstore import HubStore, ValidationError
 from hubstore.models import Message
@@ -143,3 +144,17 @@ def test_polling_with_hundreds_of_topics(store: HubStore, count: int) -> None:
         last.id, first.id]
     feed = store.message_feed("many", cursor="feed1:0")
     assert {m.id for m in feed.next(timeout_s=0)} == {first.id, last.id, direct.id}
+
+
+def test_polled_messages_are_the_stored_rows_detached(store: HubStore) -> None:
+    store.register_agent("w", "codex", topics=["t.a"])
+    sent = [store.audit_log("event", "lead", "w", "t.x", payload={"n": n, "f": 1.5})
+            for n in range(3)]
+    sent.append(store.audit_log("request", "lead", "topic:t.a", "t.a", payload=[1, "x"]))
+    polled = store.poll_for_agent("w", 10)
+    assert sorted(m.id for m in polled) == sorted(m.id for m in sent)
+    for message in polled:
+        stored = store.get_message(message.id)
+        assert stored is not None and stored.to_dict() == message.to_dict()
+        assert inspect(message).detached
+    assert {m.id: m.payload for m in polled}[sent[-1].id] == [1, "x"]
