@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from sqlalchemy.engine import URL
 
 from hubstore import signals
-from hubstore._aio_ops import AsyncOperations
+from hubstore.aio_methods import AsyncOperations
 from hubstore.database import AssignListener
 from hubstore.engine import BUSY_TIMEOUT_MS
 from hubstore.models import AssignJob, Message

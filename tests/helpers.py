@@ -15,6 +15,9 @@ if TYPE_CHECKING:
     from hubstore.types import AssignEvent
 
 T = TypeVar("T")
+#: Far below the default busy timeout (5 s): a join that waited on its own lock would
+#: take the whole timeout.
+FAST_S = 1.0
 #: What the assign status listeners were told: (event, job) per status change.
 Heard = list[tuple["AssignEvent", "AssignJob"]]
 

@@ -8,6 +8,7 @@ cancellation raised within 1 s, a cross-process wake-up p99 under 250 ms.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import inspect
 import shutil
@@ -20,10 +21,10 @@ import pytest
 import pytest_asyncio
 from sqlalchemy.engine import URL
 
-from hubstore import HubStore, aio
-from hubstore._aio_codegen import _store_functions, formatted, generate
-from hubstore._aio_ops import AsyncOperations
+from hubstore import HubStore
 from hubstore.aio import AsyncHubStore, AsyncUnitOfWork
+from hubstore.aio_codegen import formatted, generate, store_functions
+from hubstore.aio_methods import AsyncOperations
 from hubstore.errors import (
     AssignNotFound,
     HubStoreError,
@@ -55,19 +56,19 @@ def public_methods(cls: type) -> list[str]:
 # --- the API's shape -------------------------------------------------------------------
 
 async def test_every_store_method_is_a_coroutine_with_the_sync_signature() -> None:
-    names = {function.__name__ for function in _store_functions()}
+    names = {function.__name__ for function in store_functions()}
     assert len(names) > 50 and names < set(public_methods(HubOperations))
     for name in sorted(names):
         # (bound: the sync method's scope, the async method's self, are left out)
         sync = inspect.signature(getattr(HubStore, name).__get__(object()))
         for owner in (AsyncHubStore, AsyncUnitOfWork):
             method = getattr(owner, name, None)
-            assert method is not None, f"{name}: run python -m hubstore._aio_codegen"
+            assert method is not None, f"{name}: run python -m hubstore.aio_codegen"
             assert inspect.iscoroutinefunction(method), (owner, name)
             bound = inspect.signature(method.__get__(object()))
             assert bound.parameters == sync.parameters, (
                 f"{owner.__name__}.{name} differs from the sync method: "
-                "run python -m hubstore._aio_codegen")
+                "run python -m hubstore.aio_codegen")
     for name in ("wait_for_assign", "message_feed", "close"):
         assert inspect.iscoroutinefunction(getattr(AsyncHubStore, name))
 
@@ -76,7 +77,7 @@ async def test_every_store_method_is_a_coroutine_with_the_sync_signature() -> No
 async def test_the_generated_methods_are_up_to_date() -> None:
     written = str(inspect.getsourcefile(AsyncOperations))
     with open(written, encoding="utf-8") as file:
-        assert formatted(generate()) == file.read(), "run: python -m hubstore._aio_codegen"
+        assert formatted(generate()) == file.read(), "run: python -m hubstore.aio_codegen"
 
 
 # --- parity with the sync API -----------------------------------------------------------
@@ -322,23 +323,38 @@ async def test_a_cancelled_wait_takes_nothing(astore: AsyncHubStore) -> None:
 
 async def test_a_wait_cancelled_while_claiming_leaves_the_job_queued(
         astore: AsyncHubStore, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Cancelled after the claim statement ran, before its commit: it rolls back."""
+    """Cancelled after the claim statement ran, before its commit: it rolls back.
+
+    The claim's lane hands the claimed job to the event loop (``call_soon_threadsafe``);
+    the waiting task is cancelled in the same loop callback, right after the job was
+    offered to it, so it has the job in hand when the cancellation reaches it."""
     job = await astore.assign_async("lead", "w1", task="t")
     tasks: list[asyncio.Task[Any]] = []
-    offered: list[str] = []
-    real_settle = aio._settle
+    offered: list[str] = []  # each callback from a lane that carries a job
+    loop = asyncio.get_running_loop()
+    real_call_soon = loop.call_soon_threadsafe
 
-    def settle_then_cancel(future: asyncio.Future[Any], value: Any) -> None:
-        real_settle(future, value)
-        offered.append(value.job_id)
-        tasks[0].cancel()  # as the claim is offered to the waiting task
+    def offer_then_cancel(callback: Callable[..., object], *args: Any,
+                          context: contextvars.Context | None = None) -> asyncio.Handle:
+        jobs = [arg.job_id for arg in args if isinstance(arg, AssignJob)]
+        if not jobs:
+            return real_call_soon(callback, *args, context=context)
+        first = not offered
+        offered.extend(jobs)
 
-    monkeypatch.setattr(aio, "_settle", settle_then_cancel)
-    tasks.append(asyncio.create_task(astore.wait_for_assign("w1", timeout_s=5)))
-    with pytest.raises(asyncio.CancelledError):
-        await tasks[0]
+        def offer() -> None:
+            callback(*args)
+            if first:
+                tasks[0].cancel()  # as the claim is offered to the waiting task
+
+        return real_call_soon(offer, context=context)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(loop, "call_soon_threadsafe", offer_then_cancel)
+        tasks.append(asyncio.create_task(astore.wait_for_assign("w1", timeout_s=5)))
+        with pytest.raises(asyncio.CancelledError):
+            await tasks[0]
     assert offered == [job.job_id]
-    monkeypatch.setattr(aio, "_settle", real_settle)
     again = present(await astore.get_assign(job.job_id))
     assert (again.status, again.attempt, again.started_at_ms) == ("queued", job.attempt,
                                                                   job.started_at_ms)

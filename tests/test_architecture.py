@@ -111,3 +111,137 @@ def test_services_run_statements_through_the_execution_module_only() -> None:
         if found:
             reached[path.name] = found
     assert reached == {}
+
+
+# --- no test or benchmark reaches for a private name of the package ---------------------
+
+def _private(name: str) -> bool:
+    """A name of the package's own (``_x``); dunder names (``__version__``) are public."""
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _package_path(dotted: str) -> bool:
+    return dotted == "hubstore" or dotted.startswith("hubstore.")
+
+
+def _is_module(dotted: str) -> bool:
+    """Whether ``dotted`` (hubstore.x.y) names one of the package's modules (its files)."""
+    path = ROOT.joinpath(*dotted.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def _dotted(node: ast.expr) -> str | None:
+    """``a.b.c`` for a chain of names and attributes; None for anything else."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        base = _dotted(node.value)
+        return None if base is None else f"{base}.{node.attr}"
+    return None
+
+
+def private_package_names(source: str) -> list[str]:
+    """Where ``source`` reaches for a private name of hubstore, as ``line: what``: a
+    from-import of a ``_`` name from a hubstore module; an import of a hubstore module
+    with a ``_`` component; ``module._name`` on a hubstore module it imported;
+    ``setattr``-like calls (``monkeypatch.setattr(module, "_name", ...)``, ``getattr``,
+    ``patch.object``) naming a ``_`` attribute of such a module by string; and a string
+    that is a dotted hubstore path with a ``_`` component (``patch("hubstore.x._y")``)."""
+    tree = ast.parse(source)
+    modules: dict[str, str] = {}  # a local name -> the hubstore module it is bound to
+    found: set[tuple[int, str]] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if not _package_path(alias.name):
+                    continue
+                if any(_private(part) for part in alias.name.split(".")):
+                    found.add((node.lineno, f"import {alias.name}"))
+                if alias.asname:
+                    modules[alias.asname] = alias.name
+                else:
+                    modules["hubstore"] = "hubstore"
+        elif (isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+              and _package_path(node.module)):
+            if any(_private(part) for part in node.module.split(".")):
+                found.add((node.lineno, f"from {node.module} import ..."))
+            for alias in node.names:
+                if _private(alias.name):
+                    found.add((node.lineno, f"from {node.module} import {alias.name}"))
+                elif _is_module(f"{node.module}.{alias.name}"):
+                    modules[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+
+    def module_of(node: ast.expr) -> str | None:
+        """The hubstore module ``node`` names (through the names bound above), if any."""
+        dotted = _dotted(node)
+        if dotted is None:
+            return None
+        head, _, rest = dotted.partition(".")
+        if head not in modules:
+            return None
+        path = f"{modules[head]}.{rest}" if rest else modules[head]
+        return path if _is_module(path) else None
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            module = module_of(node.value)
+            if module is not None:
+                found.add((node.lineno, f"{module}.{node.attr}"))
+        elif isinstance(node, ast.Call) and len(node.args) >= 2:
+            target, name = node.args[0], node.args[1]
+            if (isinstance(name, ast.Constant) and isinstance(name.value, str)
+                    and _private(name.value)):
+                module = module_of(target)
+                if module is not None:
+                    found.add((node.lineno, f"{module}.{name.value} (named by string)"))
+        elif (isinstance(node, ast.Constant) and isinstance(node.value, str)
+              and _package_path(node.value)
+              and all(part.isidentifier() for part in node.value.split("."))
+              and any(_private(part) for part in node.value.split("."))):
+            found.add((node.lineno, f"{node.value!r}"))
+    return [f"{line}: {what}" for line, what in sorted(found)]
+
+
+def test_the_scanner_finds_each_way_of_reaching_a_private_name() -> None:
+    sample = '''
+import hubstore._aio_ops
+import hubstore.services.assigns as assigns_module
+from hubstore import HubStore, __version__, aio, migrations
+from hubstore.services import assign_hub
+from hubstore.services.messages import _poll_statement, poll_statement
+from hubstore._aio_codegen import generate
+
+def test(monkeypatch):
+    aio._settle(None, None)
+    assigns_module._SELECT.rows()
+    hubstore.services.retention._BATCH
+    monkeypatch.setattr(migrations, "_dangling_rows", None)
+    getattr(assign_hub, "_CLAIM")
+    monkeypatch.setattr("hubstore.connections._restore_mode", None)
+    # public, or not the package's: none of these counts
+    aio.AsyncHubStore, migrations.upgrade, HubStore._private_method, __version__
+    monkeypatch.setattr(migrations, "now_ms", None)
+    monkeypatch.setattr(HubStore, "_open", None)
+    other._private, "hubstore.services.assigns", "_x", hubstore.__version__
+'''
+    assert private_package_names(sample) == [
+        "2: import hubstore._aio_ops",
+        "6: from hubstore.services.messages import _poll_statement",
+        "7: from hubstore._aio_codegen import ...",
+        "10: hubstore.aio._settle",
+        "11: hubstore.services.assigns._SELECT",
+        "12: hubstore.services.retention._BATCH",
+        "13: hubstore.migrations._dangling_rows (named by string)",
+        "14: hubstore.services.assign_hub._CLAIM (named by string)",
+        "15: 'hubstore.connections._restore_mode'",
+    ]
+
+
+def test_no_test_or_benchmark_reaches_for_a_private_name_of_the_package() -> None:
+    """Tests and benchmarks use what the package makes public: a private name is free to
+    change without them (where one needs an object, the package names it publicly)."""
+    found = [f"{path.relative_to(ROOT)}:{where}"
+             for folder in ("tests", "benchmarks")
+             for path in sorted((ROOT / folder).rglob("*.py"))
+             for where in private_package_names(path.read_text(encoding="utf-8"))]
+    assert found == []

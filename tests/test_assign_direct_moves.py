@@ -64,7 +64,7 @@ def _move_both(store: HubStore, monkeypatch: pytest.MonkeyPatch, target: str,
                patch: dict[str, Any]) -> tuple[AssignJob | None, AssignJob | None]:
     direct = store.update_assign_status("direct", target, **patch)  # type: ignore[arg-type]
     with monkeypatch.context() as off:
-        off.setattr(assigns, "_DIRECT_TARGETS", frozenset())
+        off.setattr(assigns, "DIRECT_TARGETS", frozenset())
         general = store.update_assign_status("general", target, **patch)  # type: ignore[arg-type]
     return direct, general
 

@@ -1,4 +1,5 @@
-"""Engines and opening a store: SQLite settings, file mode, URL resolution."""
+"""Engines and opening a store: SQLite settings, file mode, URL resolution, and the
+URLs and options refused (ValidationError, with nothing half created)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ import stat
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import event, text
 
-from hubstore import HubStore, SchemaNotCurrent, ValidationError
+from hubstore import HubStore, HubStoreError, SchemaNotCurrent, ValidationError
 from hubstore.engine import ENV_URL, default_url, resolve_url
 
 
@@ -124,3 +126,57 @@ def test_a_psycopg_without_libpq_names_the_binary_and_c_builds() -> None:
     assert "no pq wrapper available" in done.stdout
     assert 'pip install "psycopg[binary]"' in done.stdout and '"psycopg[c]"' in done.stdout
     assert "secret" not in done.stdout and "\n" not in done.stdout.strip()
+
+
+# --- URLs and options refused, nothing half created -------------------------------
+
+
+@pytest.mark.parametrize("url", [
+    "postgresql+psycopg2://postgres@127.0.0.1/test",
+    "postgresql+asyncpg://postgres@127.0.0.1/test",
+    "sqlite+aiosqlite:///{dir}/hub.db", "mysql://u@h/db", "sqlite+pysqlcipher:///{dir}/x.db",
+])
+def test_unsupported_drivers_are_refused_with_the_supported_forms(
+        tmp_path: Path, url: str) -> None:
+    with pytest.raises(ValidationError, match="postgresql://USER@HOST:PORT/DB") as info:
+        HubStore.open(url.format(dir=tmp_path), auto_migrate=True)
+    assert "sqlite:///PATH" in str(info.value)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(("url", "match"), [
+    ("", "empty"), ("   ", "empty"), ("sqlite://", "in-memory"),
+    ("sqlite:///:memory:", "in-memory"), ("sqlite:///file:x?mode=memory&uri=true", "in-memory"),
+    ("sqlite:///file::memory:?uri=true", "in-memory"),
+    ("postgresql://postgres@127.0.0.1:99999/test", "99999"),
+    ("postgresql://postgres@127.0.0.1:0/test", "between 1 and 65535"),
+    ("postgresql://postgres@127.0.0.1:abc/test", "cannot read"), ("not a url", "cannot read"),
+    ("sqlite:///x\x00.db", "U\\+0000"), ("sqlite:///x\ud800.db", "surrogate"),
+])
+def test_bad_urls_are_validation_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                        url: str, match: str) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValidationError, match=match):
+        HubStore.open(url, auto_migrate=True)
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("options", [{"busy_timeout_ms": "x"}, {"busy_timeout_ms": 2**70},
+                                     {"no_such_option": 1}, {"connect_args": 5}])
+def test_bad_open_arguments_are_validation_errors(tmp_path: Path,
+                                                  options: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError):
+        HubStore.open(f"sqlite:///{tmp_path}/hub.db", auto_migrate=True, **options)
+
+
+def test_tilde_is_expanded_and_nothing_is_half_created(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(HubStoreError, match="no hubstore revision"):
+        HubStore.open("sqlite:///~/hub.db")  # not migrated: refused, nothing created
+    assert list(tmp_path.iterdir()) == []
+    with HubStore.open("sqlite:///~/hub.db", auto_migrate=True) as hub:
+        hub.register_agent("a", "codex")
+        assert hub.url.database == str(tmp_path / "hub.db")
+    assert (tmp_path / "hub.db").stat().st_size > 0
+    assert not (tmp_path / "~").exists()

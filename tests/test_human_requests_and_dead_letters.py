@@ -92,3 +92,14 @@ def test_sweep_expired_dead_letters_queued_messages_and_times_out_requests(store
     assert (letter.message_id, letter.reason, letter.failed_at_ms) == (expired.id, "ttl_expired",
                                                                       now)
     assert store.sweep_expired(now_ms=now) == {"messages": 0, "human_requests": 0}
+
+
+def test_human_request_methods_take_request_id_by_keyword(store: HubStore) -> None:
+    request = store.insert_human_request(requester_agent="a", kind="approval", prompt="ok?")
+    found = store.get_human_request(request_id=request.request_id)
+    assert found is not None and found.state == "pending"
+    assert store.update_human_request(request_id=request.request_id, state="accepted",
+                                      response={"ok": True}) is True
+    again = store.get_human_request(request_id=request.request_id)
+    assert again is not None and (again.state, again.response) == ("accepted", {"ok": True})
+    assert store.update_human_request(request_id="missing", state="declined") is False

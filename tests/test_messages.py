@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from sqlalchemy import inspect
 
 from hubstore import HubStore, ValidationError
 from hubstore.models import Message
@@ -125,3 +126,35 @@ def test_deliver_and_ack_compatibility(store: HubStore) -> None:
     assert store.deliver_to_agent(msg.id, "") is False
     assert store.deliver_to_agent("missing", "b") is False
     assert store.ack_messages("b", [msg.id]) == 0
+
+
+# --- polling ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("count", [201, 500, 600])
+def test_polling_with_hundreds_of_topics(store: HubStore, count: int) -> None:
+    topics = [f"t.{i}" for i in range(count)]
+    store.register_agent("many", "codex", topics=topics)
+    first = store.audit_log("event", "a", "topic:t.0", "t.0")
+    last = store.audit_log("event", "a", f"topic:t.{count - 1}", f"t.{count - 1}")
+    store.audit_log("event", "a", "topic:other", "other")
+    direct = store.audit_log("event", "a", "many", "x")
+    assert [m.id for m in store.poll_for_agent("many")] == [direct.id, last.id, first.id]
+    assert [m.id for m in store.poll_for_agent("other-agent", 5, topics)] == [
+        last.id, first.id]
+    feed = store.message_feed("many", cursor="feed1:0")
+    assert {m.id for m in feed.next(timeout_s=0)} == {first.id, last.id, direct.id}
+
+
+def test_polled_messages_are_the_stored_rows_detached(store: HubStore) -> None:
+    store.register_agent("w", "codex", topics=["t.a"])
+    sent = [store.audit_log("event", "lead", "w", "t.x", payload={"n": n, "f": 1.5})
+            for n in range(3)]
+    sent.append(store.audit_log("request", "lead", "topic:t.a", "t.a", payload=[1, "x"]))
+    polled = store.poll_for_agent("w", 10)
+    assert sorted(m.id for m in polled) == sorted(m.id for m in sent)
+    for message in polled:
+        stored = store.get_message(message.id)
+        assert stored is not None and stored.to_dict() == message.to_dict()
+        assert inspect(message).detached
+    assert {m.id: m.payload for m in polled}[sent[-1].id] == [1, "x"]

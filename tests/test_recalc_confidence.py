@@ -1,11 +1,15 @@
-"""recalc_confidence: success ratio pulled towards 0.5 while hits are few."""
+"""recalc_confidence: success ratio pulled towards 0.5 while hits are few; counts that
+are not numbers are refused, and NaN, booleans and huge counts still give one."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
+from hubstore.errors import ValidationError
 from hubstore.reflexion import recalc_confidence
 
 
@@ -40,3 +44,16 @@ def test_full_decay_after_ten_hits() -> None:
 
 def test_small_sample_leans_to_half() -> None:
     assert recalc_confidence({"hit_count": 1, "success_count": 0}) == pytest.approx(0.45)
+
+
+@pytest.mark.parametrize("entry", [{"hit_count": "5"}, {"hit_count": 5, "success_count": []},
+                                   {"hit_count": [1]}, {"success_count": "1", "hit_count": 2}])
+def test_recalc_confidence_refuses_non_numbers(entry: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError, match="must be a number"):
+        recalc_confidence(entry)
+
+
+def test_recalc_confidence_of_huge_and_odd_numbers() -> None:
+    assert recalc_confidence({"hit_count": math.nan}) == 0.5
+    assert recalc_confidence({"hit_count": True, "success_count": True}) == pytest.approx(0.55)
+    assert recalc_confidence({"hit_count": 10**400, "success_count": 1}) == 0.0

@@ -1,4 +1,6 @@
-"""Reflexion: find with context filters, substring fallback, hits, prune, learn/lookup."""
+"""Reflexion: find with context filters, substring fallback, hits, prune, learn/lookup
+(a new pattern learnt without a substring search); the helpers raise only
+HubStoreErrors."""
 
 from __future__ import annotations
 
@@ -154,3 +156,37 @@ def test_learn_inside_a_unit_of_work_is_rolled_back_with_it(store: HubStore) -> 
         assert len(uow.find_reflexion("boom at <file>:<line>")) == 1
         raise RuntimeError("abort")
     assert store.find_reflexion("boom at <file>:<line>") == []
+
+
+def test_reflexion_helpers_raise_only_hubstore_errors(store: HubStore) -> None:
+    assert lookup_solution(store, 5).found is False  # no pattern: nothing to look up
+    assert learn_from_error(store, ["not", "text"], "fix") is None  # type: ignore[arg-type]
+    with pytest.raises(ValidationError):
+        lookup_solution(store, "TypeError: x", context=5)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError):
+        learn_from_error(store, "TypeError: x", ["fix"])  # type: ignore[arg-type]
+    with pytest.raises(ValidationError):
+        report_outcome(store, 5, True)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="surrogate"):
+        learn_from_error(store, "TypeError: \ud800", "fix")
+    assert store.list_reflexion() == []
+
+
+def test_learning_a_new_pattern_runs_no_substring_search(store: HubStore) -> None:
+    from sqlalchemy import event
+
+    from hubstore.reflexion import learn_from_error
+
+    first = learn_from_error(store, "TypeError: x is undefined at /src/a.js:1:2", "guard x")
+    assert first is not None
+    seen: list[str] = []
+    event.listen(store.engine, "before_cursor_execute",
+                 lambda _c, _cur, statement, *_: seen.append(statement))
+    # "x is undefined" contains the first pattern's text: a substring search would hit it
+    other = learn_from_error(store, "TypeError: x is undefined at /src/a.js:1:2 in f",
+                             "guard f")
+    assert other is not None and other.id != first.id and other.hit_count == 1
+    assert not [s for s in seen if " LIKE " in s or "MATCH" in s or "ILIKE" in s]
+    again = learn_from_error(store, "TypeError: x is undefined at /src/a.js:9:9", "guard x")
+    assert again is not None and again.id == first.id and again.hit_count == 2
+    assert [e.id for e in store.find_reflexion(first.error_pattern)] == [first.id]

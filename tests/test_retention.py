@@ -1,4 +1,6 @@
-"""Retention: prune_messages deletes old messages, their inbox rows and dead letters."""
+"""Retention: prune_messages deletes old messages, their inbox rows and dead letters, in
+batches found through an index, pausing between them only when each batch is a
+transaction of its own."""
 
 from __future__ import annotations
 
@@ -154,7 +156,7 @@ def test_prune_refuses_bad_arguments(store: HubStore, args: dict[str, Any], says
 def test_batches_are_found_through_an_index(store: HubStore, backend: str) -> None:
     """Each batch reads one index range (priority, created_at_ms): no table scan."""
     params = {"p_priority": 5, "p_from": 0, "p_before": NOW, "p_limit": 10}
-    plan = query_plan(store, retention._BATCH.params(**params))
+    plan = query_plan(store, retention.BATCH.params(**params))
     if backend == "sqlite":
         assert "USING INDEX idx_messages_priority (priority=? AND created_at_ms>? " \
                "AND created_at_ms<?)" in plan, plan
@@ -235,3 +237,36 @@ def test_the_log_trim_leaves_the_rows_of_kept_messages(store: HubStore) -> None:
     ids = add_messages(store, [NOW - 2 * DAY] * 5 + [NOW] * 5)
     assert store.prune_messages(DAY, now_ms=NOW, batch_size=3) == 5
     assert log_rows(store) == ids[5:]
+
+
+# --- pauses between batches -------------------------------------------------------
+
+
+@pytest.fixture
+def sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The pauses prune_messages takes between its batches."""
+    from hubstore.services import retention
+
+    taken: list[float] = []
+    monkeypatch.setattr(retention, "time", type("Clock", (), {
+        "sleep": staticmethod(taken.append), "monotonic": staticmethod(time.monotonic)}))
+    return taken
+
+
+def test_prune_pauses_between_batches_only_as_its_own_transactions(
+        store: HubStore, sleeps: list[float]) -> None:
+    from hubstore.testing.factories import MessageFactory
+
+    now = 10 ** 12
+    MessageFactory.create_batch(6, created_at_ms=now - 10_000)
+    with store.unit_of_work():  # a store call joined into an open unit of work
+        assert store.prune_messages(1000, now_ms=now, batch_size=2) == 6
+    assert sleeps == []
+    MessageFactory.create_batch(6, created_at_ms=now - 10_000)
+    with store.unit_of_work() as uow:  # called on the unit of work
+        assert uow.prune_messages(1000, now_ms=now, batch_size=2) == 6
+    assert sleeps == []
+    MessageFactory.create_batch(6, created_at_ms=now - 10_000)
+    assert store.prune_messages(1000, now_ms=now, batch_size=2) == 6
+    assert len(sleeps) == 3  # after each full batch, its own short transaction
+    assert store.get_hub_stats()["total_messages"] == 0

@@ -1,12 +1,20 @@
-"""The unit of work: one transaction, commit or rollback, events after commit."""
+"""The unit of work: one transaction, commit or rollback, events after commit; a
+failed statement fails the whole unit of work, loudly (never a silent loss), on both
+dialects, and the connection goes back clean."""
 
 from __future__ import annotations
 
+import contextlib
+import time
+
 import pytest
+from sqlalchemy import text
 from sqlalchemy.orm import Session
 
 from hubstore import HubStore, UnitOfWork, ValidationError
+from hubstore.testing.factories import AgentFactory
 from hubstore.types import AssignEvent
+from tests.helpers import FAST_S
 
 
 def test_one_transaction_commits_on_a_clean_exit(store: HubStore) -> None:
@@ -160,3 +168,77 @@ def test_after_commit_actions_run_once_committed_and_never_after_a_rollback(
         assert ran == []
     assert ran == [["kept"]]  # a failing action is logged; the next one still runs
     assert "maintenance failed" in caplog.text
+
+
+# --- a failed statement fails the whole unit of work, loudly ----------------------
+
+
+def test_a_failed_statement_fails_the_whole_unit_of_work_on_both_dialects(
+        store: HubStore) -> None:
+    from hubstore.errors import DuplicateKey, HubStoreError
+
+    store.create_assign("lead", "w", job_id="taken")
+    with pytest.raises(HubStoreError) as at_exit, store.unit_of_work() as uow:
+        uow.register_agent("a", "codex")
+        with pytest.raises(DuplicateKey):
+            uow.create_assign("lead", "w", job_id="taken")
+        with pytest.raises(HubStoreError) as refused:  # PostgreSQL aborted it; SQLite too
+            uow.register_agent("b", "codex")
+        assert "rolled back" in str(refused.value)
+    assert isinstance(at_exit.value.__cause__, DuplicateKey)  # said, never a silent loss
+    assert store.list_all_agents() == []
+    store.register_agent("after", "codex")  # the connection went back clean
+    assert [a.agent_id for a in store.list_all_agents()] == ["after"]
+
+
+def test_a_failure_caught_and_left_alone_still_rolls_back_loudly(store: HubStore) -> None:
+    from hubstore.errors import DuplicateKey, HubStoreError
+
+    store.create_assign("lead", "w", job_id="taken")
+    with pytest.raises(HubStoreError, match="rolled back"), store.unit_of_work() as uow:
+        uow.register_agent("a", "codex")
+        with contextlib.suppress(DuplicateKey):
+            uow.create_assign("lead", "w", job_id="taken")
+    assert store.list_all_agents() == []
+
+
+def test_a_failed_session_flush_fails_the_unit_of_work(store: HubStore) -> None:
+    from sqlalchemy.exc import IntegrityError
+
+    from hubstore.errors import HubStoreError
+
+    AgentFactory.create(agent_id="taken")
+    with pytest.raises(HubStoreError), store.unit_of_work() as uow:
+        uow.register_agent("a", "codex")
+        uow.session.add(AgentFactory.build(agent_id="taken"))
+        with pytest.raises(IntegrityError):  # the Session's own call: its own error
+            uow.session.flush()
+        uow.register_agent("b", "codex")
+    assert [a.agent_id for a in store.list_all_agents()] == ["taken"]
+    began = time.monotonic()
+    store.register_agent("after", "codex")  # nothing left open: no lock, no wait
+    assert time.monotonic() - began < FAST_S
+
+
+def test_a_raw_statement_error_caught_is_never_a_silent_loss(store: HubStore) -> None:
+    """Raw SQL through ``uow.connection`` is the caller's: SQLite undoes the failed
+    statement only, PostgreSQL aborts the transaction; either way nothing is lost
+    unsaid (PostgreSQL's COMMIT of an aborted transaction raises)."""
+    from sqlalchemy.exc import IntegrityError
+
+    from hubstore.errors import HubStoreError
+
+    bad = text("INSERT INTO agents (agent_id, cli, last_seen_ms, lease_expires_ms, status) "
+               "VALUES ('x', 'nope', 1, 1, 'online')")
+    if store.dialect == "sqlite":
+        with store.unit_of_work() as uow:
+            uow.register_agent("a", "codex")
+            with pytest.raises(IntegrityError):
+                uow.connection.execute(bad)
+        assert [a.agent_id for a in store.list_all_agents()] == ["a"]
+        return
+    with pytest.raises(HubStoreError, match="rolled back"), store.unit_of_work() as uow:
+        uow.register_agent("a", "codex")
+        with pytest.raises(IntegrityError):
+            uow.connection.execute(bad)
+    assert store.list_all_agents() == []

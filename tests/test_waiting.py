@@ -1,4 +1,5 @@
-"""Waiting for work across processes: wait_for_assign and message feeds (issue 12).
+"""Waiting for work across processes: wait_for_assign and message feeds, and close()
+waking the waiters (issue 12).
 
 Children are fresh interpreters (tests/waiting_child.py) on the test's database. The
 only timing asserts are the bounds the issue names: wake-up latency p99 under 250 ms,
@@ -296,3 +297,31 @@ def test_an_idle_waiter_uses_under_5_percent_of_a_core(db_url: URL, backend: str
     assert done["result"] in (None, 0)
     assert share < 0.05
     assert done["looks"] <= 3  # the first look, and a re-check every few seconds
+
+
+# --- close() ----------------------------------------------------------------------
+
+
+def test_close_wakes_the_waiters_and_stops_the_watcher(db_url: URL) -> None:
+    import threading
+
+    store = HubStore.open(db_url)
+    got: list[object] = []
+    waiter = threading.Thread(target=lambda: got.append(
+        store.wait_for_assign("w", timeout_s=30)))
+    waiter.start()
+    deadline = time.monotonic() + 10
+    while not store.__dict__.get("_change_watcher") or not store.change_watcher()._subs:
+        assert time.monotonic() < deadline, "the waiter never subscribed"
+        time.sleep(0.01)
+    watcher = store.change_watcher()
+    began = time.monotonic()
+    store.close()
+    waiter.join(timeout=5)
+    assert not waiter.is_alive() and got == [None]
+    assert time.monotonic() - began < 2.0
+    thread = watcher._thread
+    if thread is not None:
+        thread.join(timeout=5)
+        assert not thread.is_alive()
+    assert "_change_watcher" not in store.__dict__

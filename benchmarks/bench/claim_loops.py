@@ -53,12 +53,12 @@ def raw_claim_loop(url: str, connected: Callable[[], None]) -> list[str]:
     An anchor: about the most any Python client could do with these statements."""
     import psycopg
 
-    from hubstore.services.assign_hub import _CLAIM, _finish_with_event
+    from hubstore.services.assign_hub import CLAIM, finish_with_event
 
     dialect = create_engine(url).dialect  # the URL's own (psycopg), as hubstore compiles
-    claim_sql, _, claim_bound = driver_statement(_CLAIM, dialect)
+    claim_sql, _, claim_bound = driver_statement(CLAIM, dialect)
     finish_sql, _, finish_bound = driver_statement(
-        _finish_with_event(dialect_for("postgresql"), False), dialect)
+        finish_with_event(dialect_for("postgresql"), False), dialect)
     names = list(table_of(AssignJob).c.keys())
     at_id, at_attempt = names.index("job_id"), names.index("attempt")
     job_ids: list[str] = []

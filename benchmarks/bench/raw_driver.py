@@ -57,9 +57,9 @@ class RawDriverHub:
         # store's writes, and the store's after each of its own.
         with store.one_statement() as uow:
             self.db: sqlite3.Connection = uow.driver
-        self._heartbeat = _qmark(agents._HEARTBEAT_ONLINE)
-        self._insert = _qmark(messages._INSERT)
-        self._topics = _qmark(messages._AGENT_TOPICS)
+        self._heartbeat = _qmark(agents.HEARTBEAT_ONLINE)
+        self._insert = _qmark(messages.INSERT)
+        self._topics = _qmark(messages.AGENT_TOPICS)
         self._polls: dict[int, tuple[str, list[str], dict[str, Any]]] = {}
         self._payload = list(table_of(Message).c.keys()).index("payload_json")
 
@@ -77,14 +77,14 @@ class RawDriverHub:
                   {"p_agent_id": agent_id, "p_now": now, "p_expires": now + 30_000})
 
     def poll_for_agent(self, agent_id: str) -> list[tuple[Any, ...]]:
-        from hubstore.services.messages import DEFAULT_POLL, _poll_statement
+        from hubstore.services.messages import DEFAULT_POLL, poll_statement
 
         (topics_json,) = self._run(self._topics, {"p_agent_id": agent_id}).fetchone()
         topics = json.loads(topics_json)
         statement = self._polls.get(len(topics))
         if statement is None:
             statement = self._polls[len(topics)] = _qmark(
-                _poll_statement(dialect_for("sqlite"), len(topics)))
+                poll_statement(dialect_for("sqlite"), len(topics)))
         values = {"p_agent_id": agent_id, "p_limit": DEFAULT_POLL,
                   **{f"p_topic_{k}": topic for k, topic in enumerate(topics)}}
         at = self._payload

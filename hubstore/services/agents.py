@@ -42,7 +42,7 @@ _HEARTBEAT = Prepared(
             status="online"))
 # An online agent's heartbeat leaves status out of SET, so SQLite does not rewrite the
 # agent's entry in idx_agents_status (a fifth of a heartbeat's time there).
-_HEARTBEAT_ONLINE = Prepared(
+HEARTBEAT_ONLINE = Prepared(
     update(_agents).where(_agents.c.agent_id == bindparam("p_agent_id"),
                           _agents.c.status == const("online"))
     .values(last_seen_ms=bindparam("p_now"), lease_expires_ms=bindparam("p_expires")))
@@ -96,7 +96,7 @@ def refresh_lease(scope: Scope, agent_id: str, ttl_ms: int = 30_000) -> Lease:
     with scope.one_statement() as uow:
         now = now_ms()
         values = {"p_agent_id": agent_id, "p_now": now, "p_expires": now + ttl}
-        online = _HEARTBEAT_ONLINE.run(uow, values)
+        online = HEARTBEAT_ONLINE.run(uow, values)
     if not online:  # stale, offline or unknown: the heartbeat that sets the status
         with scope.one_statement() as uow:
             _HEARTBEAT.run(uow, values)

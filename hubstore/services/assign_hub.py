@@ -113,7 +113,7 @@ def event_fields(job: AssignJob, event: str, **extra: Any) -> dict[str, Any]:
     """The supervisor's event message about ``job``, as the reference writes it: from the
     worker to the supervisor on EVENT_TOPIC, priority at least EVENT_MIN_PRIORITY, the
     job's ttl, trace and correlation ids; payload {event, the job's snapshot, extra}.
-    (_finish_with_event writes the same message in SQL.)"""
+    (finish_with_event writes the same message in SQL.)"""
     return {"type": "event", "from_agent": job.worker_agent, "to_agent": job.supervisor_agent,
             "topic": EVENT_TOPIC, "priority": max(EVENT_MIN_PRIORITY, job.priority),
             "ttl_ms": job.ttl_ms, "trace_id": job.trace_id,
@@ -160,14 +160,14 @@ _NEXT_QUEUED = (
     .with_for_update(skip_locked=True))
 #: Claim in one statement: queued -> running as the transition table's rules write it
 #: (started now, the deadline now + timeout unless the job has one), guarded by status.
-_CLAIM = Prepared(
+CLAIM = Prepared(
     update(_jobs)
     .where(_c.job_id == _NEXT_QUEUED.scalar_subquery(), _c.status == const(rules.CLAIMABLE))
     .values(status="running", updated_at_ms=NOW, **running_times())
     .returning(*_c), _jobs)
 
 #: Claim up to p_limit of the worker's due queued jobs in one statement (the same order,
-#: guard and values as _CLAIM; PostgreSQL skips the rows other claimers hold).
+#: guard and values as CLAIM; PostgreSQL skips the rows other claimers hold).
 #: The rows are picked once, in a materialized WITH query: an IN subquery with SKIP
 #: LOCKED may be run again for each row by PostgreSQL's planner, and pick other rows
 #: each time (more than the limit).
@@ -224,7 +224,7 @@ def _snapshot_json(done: Any) -> Any:
 
 
 @functools.cache
-def _finish_with_event(sql: SqlDialect, retryable: bool) -> Prepared:
+def finish_with_event(sql: SqlDialect, retryable: bool) -> Prepared:
     """PostgreSQL: the routine final report and its 'completed' event message (as
     notify_supervisor writes it) in one statement, so that a unit of work in autocommit
     finishes a job in one round trip. Returns the finished job's row, or none."""
@@ -258,7 +258,7 @@ def finish_routine(uow: Transaction, job_id: str, target: str, worker_agent: str
         announce(uow, done)
         return AssignOutcome(done, "completed", notify_supervisor(uow, done, "completed"))
     values.update(m_id=uuidv7(), m_corr=uuidv7(), m_trace=uuidv7())
-    done = _finish_with_event(uow.sql, target != "succeeded").instance(uow, values, AssignJob)
+    done = finish_with_event(uow.sql, target != "succeeded").instance(uow, values, AssignJob)
     if done is None:
         return None
     announce(uow, done)
@@ -407,7 +407,7 @@ def claim_next_assign(scope: Scope, worker_agent: str) -> AssignJob | None:
     """
     require_id(worker_agent, "worker_agent")
     with scope.one_statement() as uow:  # PostgreSQL: one round trip, in autocommit
-        job = _CLAIM.instance(uow, {"p_worker": worker_agent, "p_now": now_ms()},
+        job = CLAIM.instance(uow, {"p_worker": worker_agent, "p_now": now_ms()},
                               AssignJob)
         if job is None:
             return None

@@ -91,7 +91,7 @@ def _cas(columns: frozenset[str]) -> Prepared:
 
 #: The moves _direct_move makes, and the patch fields it writes as given (no rule
 #: reads them).
-_DIRECT_TARGETS = frozenset({"running", *rules.TERMINAL})
+DIRECT_TARGETS = frozenset({"running", *rules.TERMINAL})
 _PLAIN_PATCH = frozenset({"result", "error", "last_message_id"})
 #: The time of a move, bound once per statement.
 NOW: BindParameter[int] = bindparam("p_now", type_=BigInteger)
@@ -392,7 +392,7 @@ def update_assign_status(scope: Scope, job_id: str, status: AssignStatus,
     require_enum(status, ASSIGN_STATUSES, "status")
     changes = dict(patch)
     check_patch_values(changes)
-    if status in _DIRECT_TARGETS and _PLAIN_PATCH.issuperset(changes):
+    if status in DIRECT_TARGETS and _PLAIN_PATCH.issuperset(changes):
         with scope.one_statement() as uow:
             direct = _direct_move(uow.sql, status, frozenset(changes))
             job = direct.instance(uow, {"p_job_id": job_id, "p_now": now_ms(), **changes},

@@ -41,14 +41,14 @@ MAX_POLL = 100
 DEFAULT_POLL = 20
 
 _messages = table_of(Message)
-_INSERT = Prepared(insert(_messages).values({c.name: bindparam(c.name) for c in _messages.c}))
+INSERT = Prepared(insert(_messages).values({c.name: bindparam(c.name) for c in _messages.c}))
 
 _newest_first = (Message.created_at_ms.desc(), Message.id.desc())
 # Literal, so that the partial index ix_messages_topic_feed can serve it.
 _TO_A_TOPIC = text(TOPIC_FEED_WHERE)
 
 
-_AGENT_TOPICS = Prepared(
+AGENT_TOPICS = Prepared(
     select(table_of(Agent).c.topics_json).where(Agent.agent_id == bindparam("p_agent_id")),
     table_of(Agent))
 
@@ -57,7 +57,7 @@ def feed_topics(uow: Transaction, agent_id: str, wanted: list[str]) -> list[str]
     """The topics an agent's poll (or feed) covers: ``wanted`` when non-empty, else the
     agent's own stored topics, read now; duplicates dropped, in order."""
     if not wanted:
-        found = _AGENT_TOPICS.first(uow, {"p_agent_id": agent_id})
+        found = AGENT_TOPICS.first(uow, {"p_agent_id": agent_id})
         agent_topics = found["topics_json"] if found else []
         wanted = [t for t in agent_topics or [] if isinstance(t, str)]
     return list(dict.fromkeys(wanted))
@@ -77,10 +77,10 @@ def poll_messages(uow: Transaction, agent_id: str, limit: int,
     params: dict[str, Any] = {"p_agent_id": agent_id, "p_limit": limit}
     if len(topics) > UNION_TOPICS:
         params["p_topics"] = dumps(topics)
-        statement = _many_topics_statement(uow.sql)
+        statement = many_topics_statement(uow.sql)
     else:
         params.update({f"p_topic_{k}": topic for k, topic in enumerate(topics)})
-        statement = _poll_statement(uow.sql, len(topics))
+        statement = poll_statement(uow.sql, len(topics))
     return statement.instances(uow, params, Message)
 
 
@@ -105,7 +105,7 @@ def _newest_of(sql: SqlDialect, branches: list[Select[Any]]) -> Prepared:
 
 
 @functools.cache
-def _many_topics_statement(sql: SqlDialect) -> Prepared:
+def many_topics_statement(sql: SqlDialect) -> Prepared:
     """The poll query for more than UNION_TOPICS topics, built once per dialect."""
     return _newest_of(sql, [
         _keys(sql, _messages.c.to_agent == bindparam("p_agent_id")),
@@ -114,7 +114,7 @@ def _many_topics_statement(sql: SqlDialect) -> Prepared:
 
 
 @functools.lru_cache(maxsize=128)
-def _poll_statement(sql: SqlDialect, topic_count: int) -> Prepared:
+def poll_statement(sql: SqlDialect, topic_count: int) -> Prepared:
     """The poll query for that many topics, built once: one index range scan per branch
     (the agent, then each topic), each cut at the limit, merged newest first."""
     return _newest_of(sql, [
@@ -164,7 +164,7 @@ def record_message(scope: Scope, type: str, from_agent: str, to_agent: str, topi
                           payload=body, trace_id=trace_id or uuidv7(),
                           correlation_id=correlation_id or uuidv7(), status=status)
         # One INSERT, no ORM flush; the returned object is a plain (transient) row.
-        _INSERT.run(uow, row)
+        INSERT.run(uow, row)
         return from_row(Message, row)
 
 

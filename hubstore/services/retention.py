@@ -42,12 +42,12 @@ _messages = table_of(Message)
 _inbox = table_of(MessageInbox)
 _letters = table_of(DeadLetter)
 
-_BATCH = (select(_messages.c.id, _messages.c.created_at_ms)
-          .where(_messages.c.priority == bindparam("p_priority"),
-                 _messages.c.created_at_ms >= bindparam("p_from"),
-                 _messages.c.created_at_ms < bindparam("p_before"))
-          .order_by(_messages.c.created_at_ms)
-          .limit(bindparam("p_limit", type_=Integer)))
+BATCH = (select(_messages.c.id, _messages.c.created_at_ms)
+         .where(_messages.c.priority == bindparam("p_priority"),
+                _messages.c.created_at_ms >= bindparam("p_from"),
+                _messages.c.created_at_ms < bindparam("p_before"))
+         .order_by(_messages.c.created_at_ms)
+         .limit(bindparam("p_limit", type_=Integer)))
 
 _log = table_of(MessageLog)
 _LOG_SCAN = (select(_log.c.seq, _messages.c.id.is_(None).label("gone"))
@@ -86,7 +86,7 @@ def prune_messages(scope: Scope, older_than_ms: int, now_ms: int | None = None,
         while True:
             began = time.monotonic()
             with scope.unit_of_work() as uow:
-                rows = execute(uow, _BATCH, {
+                rows = execute(uow, BATCH, {
                     "p_priority": priority, "p_before": before, "p_limit": batch_size,
                     "p_from": -(2 ** 63) if start is None else start}).all()
                 ids = [row.id for row in rows]

@@ -1,3 +1,7 @@
+"""The factories (hubstore.testing.factories) insert rows the store reads."""
+
+from __future__ import annotations
+
 from hubstore import HubStore
 from tests.factories import AgentFactory, AssignJobFactory, MessageInboxFactory
 

@@ -1,4 +1,5 @@
-"""The index-backed paths return exactly what the reference's plain queries return."""
+"""The index-backed reads (the poll, the pattern search, the claim) return exactly what
+the reference's plain queries return, and SQLite's plans use the indexes."""
 
 from __future__ import annotations
 
@@ -98,8 +99,8 @@ def test_sqlite_plans_use_the_indexes(tmp_path: Path) -> None:
     """The poll's branches and the claim run on their (partial) indexes, not table scans:
     the query repeats each partial index's predicate, so the planner can prove it."""
     from hubstore.dialects import dialect_for
-    from hubstore.services.assign_hub import _CLAIM
-    from hubstore.services.messages import _many_topics_statement, _poll_statement
+    from hubstore.services.assign_hub import CLAIM
+    from hubstore.services.messages import many_topics_statement, poll_statement
 
     def plan(prepared: Prepared) -> str:
         with store.unit_of_work(write=False) as uow:
@@ -114,16 +115,16 @@ def test_sqlite_plans_use_the_indexes(tmp_path: Path) -> None:
 
     store = HubStore.open(f"sqlite:///{tmp_path / 'hub.db'}", auto_migrate=True)
     try:
-        poll = plan(_poll_statement(dialect_for("sqlite"), 2))
+        poll = plan(poll_statement(dialect_for("sqlite"), 2))
         assert "idx_messages_to_agent" in poll and "ix_messages_topic_feed" in poll
         assert "SCAN messages" not in poll
         # The branches read keys only: the agent's from its index alone, and the whole
         # rows of the merged, cut keys come by rowid.
         assert "COVERING INDEX idx_messages_to_agent" in poll
         assert "USING INTEGER PRIMARY KEY (rowid=?)" in poll
-        many = plan(_many_topics_statement(dialect_for("sqlite")))  # more than UNION_TOPICS topics
+        many = plan(many_topics_statement(dialect_for("sqlite")))  # more than UNION_TOPICS topics
         assert "idx_messages_to_agent" in many and "ix_messages_topic_feed" in many
         assert "SCAN messages" not in many
-        assert "ix_assign_jobs_claim" in plan(_CLAIM)
+        assert "ix_assign_jobs_claim" in plan(CLAIM)
     finally:
         store.close()

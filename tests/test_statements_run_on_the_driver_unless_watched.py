@@ -1,19 +1,20 @@
-"""Prepared statements on the driver (no engine listener watching statements) and through
-SQLAlchemy's execution layer (a listener watching): the same rows, the same Python types,
-the same errors, on both dialects; and on PostgreSQL the hot paths skip the layer."""
+"""Prepared statements run on the driver while no engine listener watches statements, and
+through SQLAlchemy's execution layer once one does, so that cursor events see every
+common call: the same rows, the same Python types, the same errors either way, on both
+dialects; and on PostgreSQL the hot paths skip the layer."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, event
+from sqlalchemy import Connection, bindparam, event, insert, select
 
 from hubstore import HubStore
 from hubstore.errors import DuplicateKey, HubStoreError, ValidationError
 from hubstore.execution import Prepared
-from hubstore.services import assigns, messages
+from hubstore.models import AssignJob, Message, table_of
 from tests.helpers import record_calls
 
 #: Values whose Python type a careless read changes (0.0 read back as 0, a JSON
@@ -107,16 +108,23 @@ def test_claim_and_finish_are_the_same_on_the_driver_and_through_the_layer(
     assert through_layer == on_driver
 
 
+#: A job's row by id, and a whole row inserted (the store's own statements, as
+#: hubstore.services.assigns prepares them).
+JOBS = table_of(AssignJob)
+SELECT_JOB = Prepared(select(JOBS).where(JOBS.c.job_id == bindparam("p_job_id")), JOBS)
+INSERT_JOB = Prepared(insert(JOBS).values({c.name: bindparam(c.name) for c in JOBS.c}), JOBS)
+
+
 def _duplicate_and_bad_value(store: HubStore) -> list[tuple[type[BaseException], str, Any]]:
     """A duplicate key and a value the database refuses, each in its own unit of work."""
     job = store.assign_async("lead", "w", task="t")
     with store.unit_of_work(write=False) as uow:
-        row = assigns._SELECT.rows(uow, {"p_job_id": job.job_id})[0]
+        row = SELECT_JOB.rows(uow, {"p_job_id": job.job_id})[0]
     found: list[tuple[type[BaseException], str, Any]] = []
     attempts: list[Callable[[Any], Any]] = [
-        lambda uow: assigns._INSERT.run(uow, row),
-        lambda uow: assigns._INSERT.run(uow, {**row, "job_id": "x" + job.job_id,
-                                              "priority": 2**40}),  # outside INTEGER
+        lambda uow: INSERT_JOB.run(uow, row),
+        lambda uow: INSERT_JOB.run(uow, {**row, "job_id": "x" + job.job_id,
+                                         "priority": 2**40}),  # outside INTEGER
     ]
     for attempt in attempts:
         with pytest.raises(HubStoreError) as caught, store.unit_of_work() as uow:
@@ -138,9 +146,7 @@ def test_errors_are_the_same_on_the_driver_and_through_the_layer(store: HubStore
 
 def test_a_statement_with_an_in_list_runs_through_the_layer_on_postgresql(
         store: HubStore) -> None:
-    from sqlalchemy import bindparam, select
-
-    table = messages._messages
+    table = table_of(Message)
     listed = Prepared(select(table.c.id).where(
         table.c.id.in_(bindparam("ids", expanding=True))).order_by(table.c.id), table)
     first = store.audit_log("event", "a", "b", "t")
@@ -152,3 +158,52 @@ def test_a_statement_with_an_in_list_runs_through_the_layer_on_postgresql(
             return
         rows = listed.rows(uow, {"ids": [first.id, second.id]})
     assert [r["id"] for r in rows] == sorted([first.id, second.id])
+
+
+# --- cursor events see every call; without a listener, SQLite's driver ------------
+
+
+def _each_common_call(store: HubStore) -> Iterator[tuple[str, Any]]:
+    yield "register_agent", lambda: store.register_agent("w", "codex", topics=["t"])
+    yield "refresh_lease", lambda: store.refresh_lease("w")
+    yield "audit_log", lambda: store.audit_log("event", "lead", "w", "t")
+    yield "poll_for_agent", lambda: store.poll_for_agent("w")
+    yield "assign_async", lambda: store.assign_async("lead", "w", task="x")
+    yield "claim_next_assign", lambda: store.claim_next_assign("w")
+    yield "get_assign", lambda: store.get_assign(store.list_assigns()[0].job_id)
+    yield "add_reflexion", lambda: store.add_reflexion("TypeError", "x is None", "check x")
+    yield "find_reflexion", lambda: store.find_reflexion("TypeError")
+
+
+def test_every_common_call_is_seen_by_cursor_events(store: HubStore) -> None:
+    before: list[str] = []
+    after: list[str] = []
+    event.listen(store.engine, "before_cursor_execute",
+                 lambda conn, cursor, statement, *_: before.append(statement))
+    event.listen(store.engine, "after_cursor_execute",
+                 lambda conn, cursor, statement, *_: after.append(statement))
+    for name, call in _each_common_call(store):
+        seen = len(before)
+        call()
+        assert len(before) > seen, f"{name} ran no statement the events saw"
+    assert after == before
+
+
+def test_without_a_listener_the_sqlite_fast_path_skips_the_execution_layer(
+        store: HubStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    from sqlalchemy import Connection
+
+    from tests.helpers import record_calls
+
+    through = record_calls(monkeypatch, Connection, "exec_driver_sql")
+    store.register_agent("w", "codex")
+    store.refresh_lease("w")
+    store.audit_log("event", "lead", "w", "t")
+    assert len(store.poll_for_agent("w")) == 1
+    if store.dialect == "sqlite":
+        assert through == []  # run on the driver
+        event.listen(store.engine, "before_cursor_execute", lambda *_: None)
+        store.refresh_lease("w")  # a listener now: decided again on this very call
+        assert through
+    agent = store.get_agent("w")
+    assert agent is not None and agent.status == "online"

@@ -1,37 +1,21 @@
-"""PostgreSQL round trips (issue 11): no ping before a connection in steady use, a ping
-(and a fresh connection) after an idle spell, and claim and finish as one statement each,
-in autocommit, with the same rows as the general path."""
+"""Units of work of one statement (a write, or a read of one SELECT) run in autocommit:
+on PostgreSQL one round trip (no BEGIN, COMMIT or ping), on SQLite no BEGIN or COMMIT
+either, and a one-SELECT read there runs on the thread's idle writing connection
+without a lock. A job's claim and its routine finish are one statement each, with the
+same rows as the general path. Inside an open unit of work they join it; a second
+statement of one is refused (SQLite); the connection goes back to the pool as it came."""
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
-from hubstore import HubStore, HubStoreError, ValidationError, engine
-from tests.helpers import driver_trace, engine_statements
-
-
-def _backend_pid(store: HubStore) -> int:
-    with store.unit_of_work(write=False) as uow:
-        return int(uow.connection.scalar(text("SELECT pg_backend_pid()")))
-
-
-def test_an_idle_connection_killed_by_the_server_is_replaced_unseen(
-        store: HubStore, request: pytest.FixtureRequest,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    if store.dialect != "postgresql":
-        pytest.skip("SQLite has no server connection to lose")
-    postgres = request.getfixturevalue("postgres")
-    store.register_agent("before", "codex")
-    pid = _backend_pid(store)
-    with postgres.admin.connect() as admin:
-        assert admin.scalar(text("SELECT pg_terminate_backend(:p)"), {"p": pid})
-    monkeypatch.setattr(engine, "IDLE_PING_S", 0.0)  # every checkout counts as idle
-    store.register_agent("after", "codex")  # pinged, found dead, connected afresh
-    assert _backend_pid(store) != pid
-    assert sorted(a.agent_id for a in store.list_all_agents()) == ["after", "before"]
+from hubstore import HubStore, HubStoreError, ValidationError
+from hubstore.errors import ReadOnlyUnitOfWork
+from tests.helpers import FAST_S, driver_trace, engine_statements
 
 
 def test_claim_and_finish_are_one_statement_each_without_begin_or_commit(
@@ -115,7 +99,7 @@ def test_one_select_reads_run_in_autocommit(store: HubStore, call: str) -> None:
     store.add_reflexion("TypeError: x is undefined", "x is undefined", "check x")
     store.register_agent("w", "codex", topics=["t.a"])
     store.audit_log("event", "lead", "topic:t.a", "t.a", payload={"n": 1})
-    # (SQLite: on the thread's idle writing connection, tests/test_seam.py)
+    # (SQLite: on the thread's idle writing connection, the last test below)
     seen = engine_statements(store) if store.dialect == "postgresql" else driver_trace(store)
     if call == "get_assign":
         got = store.get_assign(job.job_id)
@@ -181,8 +165,6 @@ def test_a_connection_goes_back_to_the_pool_as_it_came(
     and undone before the pool gets it back; one that cannot be undone is dropped."""
     if store.dialect != "postgresql":
         pytest.skip("SQLite keeps its own connections per thread")
-    from hubstore import connections
-
     with store.unit_of_work() as uow:
         driver = uow.driver
         assert (driver.autocommit, driver.read_only) == (False, None)
@@ -195,10 +177,14 @@ def test_a_connection_goes_back_to_the_pool_as_it_came(
         uow.register_agent("w", "codex")
         assert driver.info.transaction_status.name == "INTRANS"
 
-    def refused(_conn: Any) -> None:
-        raise RuntimeError("cannot undo")
+    real = type(driver).autocommit  # psycopg's property
 
-    monkeypatch.setattr(connections, "_restore_mode", refused)
+    def refused(conn: Any, value: bool) -> None:  # autocommit may go on, never off again
+        if not value:
+            raise RuntimeError("cannot undo")
+        real.fset(conn, value)
+
+    monkeypatch.setattr(type(driver), "autocommit", property(real.fget, refused))
     with store.one_statement() as uow:
         assert uow.driver is driver
     monkeypatch.undo()
@@ -253,3 +239,45 @@ def test_a_second_statement_of_a_one_statement_unit_of_work_is_refused(
             store.one_statement() as uow:
         uow.refresh_lease("a")
         uow.begin()  # too late: the one statement has committed
+
+
+def test_one_select_reads_use_the_idle_writers_connection_and_take_no_lock(
+        store: HubStore) -> None:
+    """SQLite: a store read of one SELECT runs on the thread's idle writing connection,
+    whose page cache its own commits keep warm. It takes no lock (another program holds
+    the write lock meanwhile), also when it begins SQLAlchemy's transaction; with a
+    listener watching statements the reading connection serves it again."""
+    if store.dialect != "sqlite":
+        pytest.skip("PostgreSQL's reads run in autocommit on a pooled connection")
+    import sqlite3
+
+    from tests.helpers import driver_trace
+
+    store.register_agent("w", "codex", topics=["t.a"])
+    store.audit_log("event", "lead", "w", "t.x", payload={"n": 1})
+    writing = driver_trace(store, whole=True)
+    reading = driver_trace(store, write=False, whole=True)
+    path = store.url.database
+    assert path is not None
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        began = time.monotonic()
+        assert [m.payload for m in store.poll_for_agent("w")] == [{"n": 1}]
+        with store.one_read() as uow:
+            assert uow.connection.execute(text("SELECT count(*) FROM agents")).scalar() == 1
+        assert time.monotonic() - began < FAST_S
+        assert [sql.split()[0] for sql in writing] == ["SELECT", "SELECT", "BEGIN",
+                                                       "SELECT", "COMMIT"]
+        assert writing[2] == "BEGIN DEFERRED" and reading == []
+        writing.clear()
+        event.listen(store.engine, "before_cursor_execute", lambda *_: None)
+        assert [m.payload for m in store.poll_for_agent("w")] == [{"n": 1}]
+        assert writing == [] and [sql.split()[0] for sql in reading] == [
+            "BEGIN", "SELECT", "COMMIT", "BEGIN", "SELECT", "COMMIT"]
+    finally:
+        holder.close()
+    # the guard of general reads is kept
+    with pytest.raises(ReadOnlyUnitOfWork), store.unit_of_work(write=False) as uow:
+        uow.connection.execute(text("DELETE FROM agents"))
+    assert store.get_agent("w") is not None

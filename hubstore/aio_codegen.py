@@ -1,4 +1,4 @@
-"""Writes hubstore/_aio_ops.py: every store method as a typed coroutine.
+"""Writes hubstore/aio_methods.py: every store method as a typed coroutine.
 
 Python's type system cannot turn a class's methods into coroutines (there is no mapped
 type over methods), and a ``__getattr__`` would hand users ``Any``. So the async methods
@@ -7,7 +7,7 @@ lists: the same names, parameters (the scope becomes ``self``), defaults and
 annotations, each awaiting the sync method through ``_call`` (typed with a ParamSpec, so
 mypy checks every forwarding).
 
-Run ``python -m hubstore._aio_codegen`` after changing a store method's signature;
+Run ``python -m hubstore.aio_codegen`` after changing a store method's signature;
 tests/test_aio.py fails while the written file is not what this produces.
 """
 
@@ -26,9 +26,9 @@ from typing import Any
 
 from hubstore.operations import HubOperations
 
-TARGET = Path(__file__).with_name("_aio_ops.py")
+TARGET = Path(__file__).with_name("aio_methods.py")
 
-HEADER = '''"""Generated from the operations mixins by ``python -m hubstore._aio_codegen``.
+HEADER = '''"""Generated from the operations mixins by ``python -m hubstore.aio_codegen``.
 
 Do not edit: run it again instead.
 
@@ -136,7 +136,7 @@ def _docstring(text: str) -> str:
     return body + ("\n" + " " * 8 + quote if "\n" in body else quote)
 
 
-def _store_functions() -> list[Any]:
+def store_functions() -> list[Any]:
     """The service functions HubOperations lists, in its order."""
     return [value for name, value in vars(HubOperations).items()
             if inspect.isfunction(value) and not name.startswith("_")
@@ -148,7 +148,7 @@ def generate() -> str:
     methods: list[str] = []
     runtime: dict[str, set[str]] = {}
     checking: dict[str, set[str]] = {}
-    for function in _store_functions():
+    for function in store_functions():
         path = Path(inspect.getfile(function))
         tree = ast.parse(path.read_text(encoding="utf-8"))
         names = _module_names(function.__module__, tree)
