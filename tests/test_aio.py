@@ -336,7 +336,9 @@ async def test_a_wait_cancelled_while_claiming_leaves_the_job_queued(
 
     def offer_then_cancel(callback: Callable[..., object], *args: Any,
                           context: contextvars.Context | None = None) -> asyncio.Handle:
-        jobs = [arg.job_id for arg in args if isinstance(arg, AssignJob)]
+        jobs = [job.job_id for arg in args  # (the claim offers a list of jobs)
+                for job in (arg if isinstance(arg, list) else [arg])
+                if isinstance(job, AssignJob)]
         if not jobs:
             return real_call_soon(callback, *args, context=context)
         first = not offered

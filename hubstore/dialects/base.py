@@ -6,6 +6,7 @@ from abc import ABC, abstractmethod
 from typing import Any
 
 from sqlalchemy import (
+    CTE,
     BindParameter,
     ColumnElement,
     Connection,
@@ -69,6 +70,10 @@ class SqlDialect(ABC):
         """Guards that each column holds a whole number (or NULL when ``nullable``):
         only SQLite can store another type in an INTEGER column."""
         return []
+
+    def materialized(self, query: CTE) -> CTE:
+        """``query`` computed once, whatever the planner would rather do with it."""
+        return query
 
     def likely(self, condition: ColumnElement[bool]) -> ColumnElement[bool]:
         """``condition``, with a hint that it selects most rows (SQLite's planner)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import (
+    CTE,
     BindParameter,
     ColumnElement,
     Connection,
@@ -49,6 +50,10 @@ class PostgreSQLDialect(SqlDialect):
 
     def in_json_array(self, column: ColumnElement[Any], name: str) -> TextClause:
         return text(f"{column} IN (SELECT jsonb_array_elements_text(CAST(:{name} AS jsonb)))")
+
+    def materialized(self, query: CTE) -> CTE:
+        # (a WITH query of SELECT ... FOR UPDATE is not inlined; said all the same)
+        return query.prefix_with("MATERIALIZED")
 
     def json_not_null(self, column: ColumnElement[Any]) -> ColumnElement[bool]:
         return func.jsonb_typeof(column) != const("null")

@@ -171,13 +171,15 @@ CLAIM = Prepared(
 #: The rows are picked once, in a materialized WITH query: an IN subquery with SKIP
 #: LOCKED may be run again for each row by PostgreSQL's planner, and pick other rows
 #: each time (more than the limit).
-_PICKED = (_NEXT_QUEUED.limit(bindparam("p_limit", type_=Integer)).cte("picked")
-           .prefix_with("MATERIALIZED", dialect="postgresql"))
-_CLAIM_MANY = Prepared(
-    update(_jobs)
-    .where(_c.job_id.in_(select(_PICKED.c.job_id)), _c.status == const(rules.CLAIMABLE))
-    .values(status="running", updated_at_ms=NOW, **running_times())
-    .returning(*_c), _jobs)
+@functools.cache
+def _claim_many(sql: SqlDialect) -> Prepared:
+    picked = sql.materialized(_NEXT_QUEUED.limit(bindparam("p_limit", type_=Integer))
+                              .cte("picked"))
+    return Prepared(
+        update(_jobs)
+        .where(_c.job_id.in_(select(picked.c.job_id)), _c.status == const(rules.CLAIMABLE))
+        .values(status="running", updated_at_ms=NOW, **running_times())
+        .returning(*_c), _jobs)
 #: The most jobs one batch call takes.
 MAX_BATCH = 1_000
 
@@ -427,7 +429,7 @@ def claim_next_assigns(scope: Scope, worker_agent: str, limit: int = 10) -> list
     require_id(worker_agent, "worker_agent")
     size = _batch_size(limit, "limit")
     with scope.one_statement() as uow:  # PostgreSQL: one round trip, in autocommit
-        jobs = sorted(_CLAIM_MANY.instances(
+        jobs = sorted(_claim_many(uow.sql).instances(
             uow, {"p_worker": worker_agent, "p_now": now_ms(), "p_limit": size}, AssignJob),
             key=_claim_order)
         for job in jobs:
