@@ -281,3 +281,31 @@ def test_one_select_reads_use_the_idle_writers_connection_and_take_no_lock(
     with pytest.raises(ReadOnlyUnitOfWork), store.unit_of_work(write=False) as uow:
         uow.connection.execute(text("DELETE FROM agents"))
     assert store.get_agent("w") is not None
+
+
+def test_assign_async_is_one_statement_on_postgresql_with_the_same_rows(
+        store: HubStore) -> None:
+    """The job and its handoff message in one statement (one round trip): the rows the
+    two-step path (create, then dispatch) writes, the message's payload included."""
+    seen = engine_statements(store)
+    job = store.assign_async("lead", "w", task="t", payload={"k": [1, 2]}, priority=7,
+                             max_retries=2, timeout_ms=5_000, ttl_ms=9_000)
+    if store.dialect == "postgresql":
+        assert seen == ["WITH"]  # autocommit: no BEGIN, no COMMIT
+    assert job.last_message_id is not None
+    stored = store.get_assign(job.job_id)
+    assert stored is not None and stored.to_dict() == job.to_dict()
+    handoff = store.get_message(job.last_message_id)
+    assert handoff is not None
+    assert (handoff.type, handoff.from_agent, handoff.to_agent, handoff.topic,
+            handoff.priority, handoff.ttl_ms, handoff.trace_id, handoff.correlation_id,
+            handoff.status) == ("handoff", "lead", "w", "assign.job", 7, 9_000,
+                                job.trace_id, job.correlation_id, "queued")
+    assert handoff.payload == {
+        "kind": "assign.job", "reason": "create", "assign_job_id": job.job_id,
+        "attempt": 1, "retry_count": 0, "max_retries": 2, "timeout_ms": 5_000,
+        "supervisor_agent": "lead", "worker_agent": "w", "task": "t",
+        "payload": {"k": [1, 2]}}
+    assert handoff.expires_at_ms == handoff.created_at_ms + 9_000
+    assert [m.id for m in store.poll_for_agent("w")] == [handoff.id]
+    assert store.get_hub_stats()["total_messages"] == 1

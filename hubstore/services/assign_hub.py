@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from sqlalchemy import (
@@ -40,19 +40,22 @@ from hubstore.results import AssignOutcome
 from hubstore.services.assigns import (
     NOW,
     announce,
+    by_column,
     computed_from,
     create_assign,
     in_sources,
     kept_by_rules,
     lock_job,
     move,
+    new_job,
     retry,
     running_times,
+    snapshot,
     terminal_times,
     write_guarded,
 )
 from hubstore.services.base import const, resolve_now
-from hubstore.services.messages import message_row, record_message
+from hubstore.services.messages import MESSAGE_COLUMNS, message_row, record_message
 from hubstore.transaction import Scope, Transaction
 from hubstore.validation import (
     json_value,
@@ -80,20 +83,56 @@ CREATE_FIELDS = frozenset(inspect.signature(create_assign).parameters) - {
     "scope", "supervisor_agent", "worker_agent"}
 
 
+def handoff_fields(job: Mapping[str, Any], reason: str) -> dict[str, Any]:
+    """The handoff message that dispatches ``job`` (its attribute-keyed values) to its
+    worker, as the reference writes it: from the supervisor on the job's topic, with the
+    job's priority, ttl, trace and correlation ids; payload kind 'assign.job'."""
+    return {"type": "handoff", "from_agent": job["supervisor_agent"],
+            "to_agent": job["worker_agent"], "topic": job["topic"],
+            "priority": job["priority"], "ttl_ms": job["ttl_ms"], "trace_id": job["trace_id"],
+            "correlation_id": job["correlation_id"], "status": "queued",
+            "payload": {
+                "kind": "assign.job", "reason": reason, "assign_job_id": job["job_id"],
+                "attempt": job["attempt"], "retry_count": job["retry_count"],
+                "max_retries": job["max_retries"], "timeout_ms": job["timeout_ms"],
+                "supervisor_agent": job["supervisor_agent"],
+                "worker_agent": job["worker_agent"], "task": job["task"],
+                "payload": job["payload"]}}
+
+
 def dispatch(uow: Transaction, job: AssignJob, reason: str) -> AssignJob:
     """Record the handoff message to the worker and point last_message_id at it."""
-    message = record_message(uow,
-        type="handoff", from_agent=job.supervisor_agent, to_agent=job.worker_agent,
-        topic=job.topic, priority=job.priority, ttl_ms=job.ttl_ms,
-        trace_id=job.trace_id, correlation_id=job.correlation_id, status="queued",
-        max_depth=ENVELOPE_DEPTH, payload={
-            "kind": "assign.job", "reason": reason, "assign_job_id": job.job_id,
-            "attempt": job.attempt, "retry_count": job.retry_count,
-            "max_retries": job.max_retries, "timeout_ms": job.timeout_ms,
-            "supervisor_agent": job.supervisor_agent, "worker_agent": job.worker_agent,
-            "task": job.task, "payload": job.payload,
-        })
+    message = record_message(uow, **handoff_fields(snapshot(job), reason),
+                             max_depth=ENVELOPE_DEPTH)
     return write_guarded(uow, job, {"last_message_id": message.id, "updated_at_ms": now_ms()})
+
+
+#: PostgreSQL: a new job and its handoff message in one statement (the message's INSERT
+#: in the WITH clause), so that assign_async in autocommit is one round trip.
+_JOB_WITH_HANDOFF = Prepared(
+    insert(_jobs).values({c.name: bindparam(c.name) for c in _jobs.c})
+    .add_cte(insert(_messages).values(
+        {c.name: bindparam(f"m_{c.name}", type_=c.type) for c in _messages.c
+         if c.name in MESSAGE_COLUMNS}).cte("handoff"))
+    .returning(*_jobs.c), _jobs)
+
+
+def create_and_dispatch(uow: Transaction, make_row: Callable[[int], dict[str, Any]]
+                        ) -> AssignJob:
+    """PostgreSQL: the new job (made by ``make_row``) and its handoff message, written in
+    one statement: the rows assign_async's two steps write."""
+    now = now_ms()
+    row = make_row(now)
+    message_id = uuidv7()
+    row["last_message_id"] = message_id
+    fields = handoff_fields(row, "create")
+    json_value(fields["payload"], "payload", max_depth=ENVELOPE_DEPTH)
+    values = by_column(row)
+    values.update({f"m_{name}": value for name, value in
+                   message_row(message_id, now, **fields).items()})
+    [job] = _JOB_WITH_HANDOFF.instances(uow, values, AssignJob)
+    announce(uow, job)
+    return job
 
 
 #: The job fields of a supervisor event (the reference's buildAssignSnapshot).
@@ -279,6 +318,10 @@ def assign_async(scope: Scope, supervisor_agent: str, worker_agent: str, **field
     ``fields`` are create_assign's keyword arguments; an unknown one is a
     ValidationError (nothing is written)."""
     _check_fields(fields)
+    if scope.sql.writable_ctes:  # one statement: one round trip in autocommit
+        make_row = new_job(supervisor_agent, worker_agent, **fields)
+        with scope.one_statement() as uow:
+            return create_and_dispatch(uow, make_row)
     with scope.unit_of_work() as uow:
         return dispatch(uow, create_assign(uow, supervisor_agent, worker_agent, **fields),
                         "create")

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Unpack
 
 from sqlalchemy import (
@@ -325,6 +325,28 @@ def create_assign(scope: Scope, supervisor_agent: str, worker_agent: str,
     how long its first retry waits before it may be claimed again (each later retry
     twice as long as the one before, at most 24 hours).
     """
+    make_row = new_job(
+        supervisor_agent, worker_agent, topic, task, payload, status, attempt,
+        retry_count, max_retries, priority, ttl_ms, timeout_ms, deadline_ms, trace_id,
+        correlation_id, last_message_id, result, error, job_id, not_before_ms,
+        retry_backoff_ms)
+    with scope.one_statement() as uow:  # the INSERT ... RETURNING
+        job = _INSERT.inserted(uow, by_column(make_row(now_ms())), AssignJob)
+        announce(uow, job)
+        return job
+
+
+def new_job(supervisor_agent: str, worker_agent: str, topic: str = "assign.job",
+            task: str = "", payload: Any = None, status: AssignStatus = "queued",
+            attempt: int = 1, retry_count: int = 0, max_retries: int = 0,
+            priority: object = 5, ttl_ms: object = 600_000, timeout_ms: object = 600_000,
+            deadline_ms: int | None = None, trace_id: str | None = None,
+            correlation_id: str | None = None, last_message_id: str | None = None,
+            result: Any = None, error: Any = None, job_id: str | None = None,
+            not_before_ms: int | None = None, retry_backoff_ms: int = 0
+            ) -> Callable[[int], dict[str, Any]]:
+    """create_assign's arguments checked (ValidationError before anything is written),
+    and the function that makes the job's row (attribute-keyed) at a given time."""
     require_id(supervisor_agent, "supervisor_agent")
     require_id(worker_agent, "worker_agent")
     require_enum(status, ASSIGN_STATUSES, "status")
@@ -347,9 +369,8 @@ def create_assign(scope: Scope, supervisor_agent: str, worker_agent: str,
     deadline = None if deadline_ms is None else as_number(deadline_ms)
     if deadline is not None:
         deadline = require_int(int(deadline), "deadline_ms")
-    with scope.one_statement() as uow:  # the INSERT ... RETURNING
-        now = now_ms()
-        row: dict[str, Any] = {
+    def make_row(now: int) -> dict[str, Any]:
+        return {
             "job_id": job_id or uuidv7(),
             "supervisor_agent": supervisor_agent, "worker_agent": worker_agent,
             "topic": topic, "task": task,
@@ -372,9 +393,8 @@ def create_assign(scope: Scope, supervisor_agent: str, worker_agent: str,
             "last_retry_at_ms": now if retries > 0 else None,
             "not_before_ms": not_before, "retry_backoff_ms": backoff,
         }
-        job = _INSERT.inserted(uow, by_column(row), AssignJob)
-        announce(uow, job)
-        return job
+
+    return make_row
 
 
 def get_assign(scope: Scope, job_id: str) -> AssignJob | None:
