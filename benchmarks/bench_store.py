@@ -52,6 +52,12 @@ Usage::
     # the same claims also made on psycopg alone (its own statements, nothing around them)
     python benchmarks/bench_store.py --claim --raw-driver --url postgresql+psycopg://postgres@127.0.0.1/bench
 
+    # job queues side by side on one PostgreSQL server, each on fresh databases:
+    # hubstore's assign jobs, pgqueuer and procrastinate (pip install -e ".[bench-peers]");
+    # enqueue and claim+complete jobs/s, 1 and 10 jobs per call, each job checked done once
+    python benchmarks/bench_store.py --peers --processes 4 --jobs 2000 --repeat 3 \
+        --url postgresql+psycopg://postgres@127.0.0.1:5432/postgres
+
     # async throughput beside sync (when hubstore.aio is installed)
     python benchmarks/bench_store.py --async
 

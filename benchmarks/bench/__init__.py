@@ -17,5 +17,8 @@ importing only those above it:
 - ``claim_loops``: each claim lane's loop, and the jobs it claims
 - ``statement_count``: statements, round trips and commits per claimed job
 - ``claims``: the claim run (``--claim``): processes, checks, report
+- ``peer_systems``: the job queues of the peers run (hubstore, pgqueuer, procrastinate),
+  each driven through its own API, and each one's exactly-once checks
+- ``peers``: the peers run (``--peers``): the queues side by side on one PostgreSQL server
 - ``cli``: the command line
 """

@@ -11,6 +11,7 @@ from sqlalchemy import make_url
 from bench.claims import run_claim
 from bench.common import make_logger
 from bench.databases import NonEmptyDatabase, Target
+from bench.peers import DEFAULT_SYSTEMS, check_url, run_peers, system_list
 from bench.reference import Reference, ReferenceFailed
 from bench.scaling import run_scaling
 from bench.store_calls import run_standard
@@ -103,11 +104,22 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         "--claim", action="store_true", help="multi-process claim_next_assign benchmark"
     )
     parser.add_argument(
+        "--peers", action="store_true",
+        help="job queues side by side on one PostgreSQL server (--url): hubstore's assign "
+        "jobs beside pgqueuer and procrastinate (pip install -e '.[bench-peers]'), each "
+        "on fresh databases; enqueue and claim+complete jobs/s, 1 and 10 per call",
+    )
+    parser.add_argument(
+        "--systems", type=system_list, default=list(DEFAULT_SYSTEMS),
+        help="--peers: comma-separated systems, hubstore among them (default "
+        + ",".join(DEFAULT_SYSTEMS) + "; one not installed is skipped with the reason)",
+    )
+    parser.add_argument(
         "--processes",
         type=_count_arg,
         default=4,
         metavar="P",
-        help="claiming processes (default 4)",
+        help="claiming processes (--peers: worker processes per system) (default 4)",
     )
     parser.add_argument(
         "--jobs", type=_count_arg, default=2000, metavar="J", help="jobs to claim (default 2000)"
@@ -158,7 +170,8 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         help="--async: share each workload's calls among T concurrent tasks (default 1: "
         "one call at a time, as the sync run makes them)",
     )
-    parser.add_argument("--keep-db", action="store_true", help="keep the temporary SQLite files")
+    parser.add_argument("--keep-db", action="store_true",
+                        help="keep the temporary SQLite files (--peers: its databases)")
     parser.add_argument("--json-only", action="store_true", help="print only the JSON line")
     return parser
 
@@ -166,12 +179,20 @@ def build_parser(description: str) -> argparse.ArgumentParser:
 def parse_args(description: str, argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = build_parser(description)
     args = parser.parse_args(argv)
-    if sum((args.scaling, args.claim, args.hub)) > 1:
-        parser.error("--scaling, --claim and --hub are separate modes")
+    if sum((args.scaling, args.claim, args.hub, args.peers)) > 1:
+        parser.error("--scaling, --claim, --hub and --peers are separate modes")
     if args.n < 1 or args.repeat < 1:
         parser.error("-n and --repeat must be at least 1")
-    if args.claim and args.processes < 1:
+    if (args.claim or args.peers) and args.processes < 1:
         parser.error("--processes must be at least 1")
+    if args.peers:
+        if args.jobs < 1:
+            parser.error("--jobs must be at least 1")
+        if args.raw_driver or args.reference is not None or args.async_ or args.reset:
+            parser.error("--peers goes without --raw-driver, --reference, --async and --reset")
+        why = check_url(args.url)
+        if why is not None:
+            parser.error(why)
     if args.hub and (args.agents < 1 or args.seconds < 1 or args.budget <= 0):
         parser.error("--agents, --seconds and --budget must be positive")
     if args.raw_driver and args.scaling:
@@ -203,6 +224,8 @@ def main(description: str, argv: Sequence[str] | None = None) -> int:
     log = make_logger(args.json_only)
     target = Target(url=args.url, reset=args.reset, keep=args.keep_db)
     try:
+        if args.peers:
+            return run_peers(args, log)
         if args.claim:
             return run_claim(args, target, log)
         if args.scaling:

@@ -1,0 +1,403 @@
+"""The peers run (``--peers``): hubstore's assign jobs beside pgqueuer and procrastinate,
+in one run, on one PostgreSQL server, with the same durability.
+
+For every repeat, and in it for every system in turn (A B C, A B C, ...), each mode on
+a database of its own, created empty for it and dropped after it:
+
+1. the system's schema installed (untimed);
+2. J jobs enqueued by one process, timed from its first call to its last: one job per
+   call (mode "1"), or BATCH per call (mode "10", where the system has a batch call);
+3. P worker processes connect and wait; the parent starts them together, and the
+   claim+complete phase is timed from that start to the last worker's last job done:
+   one job per claim (mode "1"), or BATCH per claim (mode "10"). Handlers are no-ops;
+4. checked: the handlers were given each enqueued job exactly once, and the system's own
+   tables say each job was completed exactly once (the run fails loudly otherwise).
+
+A mode runs where the system has a call for it: hubstore's batch lanes wait for
+HubStore.assign_many / claim_next_assigns (peer_systems.HUBSTORE_BATCH_CALLS); where a
+system can enqueue in batches but not claim in batches, the batch mode's jobs are only
+enqueued and checked as queued.
+
+Durability: the server's settings are left as they are for every system (no session,
+database or table is changed by the lane); each process reads its own session's
+synchronous_commit, which must equal the server's, and no table may be UNLOGGED.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import re
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from sqlalchemy import make_url
+
+from bench.common import emit, format_table, paired_ratio, rate_cell, ratio_cell, spread
+from bench.peer_systems import BATCH, LANES, PEERS, Checks, Clock, Peer, quiet_logging
+
+DEFAULT_SYSTEMS = ("hubstore", "pgqueuer", "procrastinate")
+PHASE_TIMEOUT_S = 900
+LANE_HEADS = {"enqueue_1": "enqueue 1/call", f"enqueue_{BATCH}": f"enqueue {BATCH}/call",
+              "claim_1": "claim+complete 1/claim",
+              f"claim_{BATCH}": f"claim+complete {BATCH}/claim"}
+
+
+def system_list(value: str) -> list[str]:
+    names = [name.strip() for name in value.split(",") if name.strip()]
+    unknown = [name for name in names if name not in PEERS]
+    if unknown or not names or "hubstore" not in names:
+        raise argparse.ArgumentTypeError(
+            f"expected a comma-separated list holding hubstore, of {', '.join(PEERS)}"
+            + (f"; unknown: {', '.join(unknown)}" if unknown else ""))
+    return list(dict.fromkeys(names))
+
+
+# --- the server: one admin connection, a fresh database per run
+
+
+class Server:
+    """The PostgreSQL server of ``--url``: its database is only the admin connection's
+    (nothing is written there); each run gets a database of its own beside it."""
+
+    def __init__(self, url: str) -> None:
+        import psycopg
+
+        self.url = make_url(url)
+        self.admin = psycopg.connect(self.dsn(self.url.database or "postgres"), autocommit=True)
+
+    def dsn(self, database: str) -> str:
+        return self.url.set(drivername="postgresql", database=database, query={}
+                            ).render_as_string(hide_password=False)
+
+    def one(self, sql: str, *params: Any) -> Any:
+        row = self.admin.execute(sql, params).fetchone()
+        assert row is not None
+        return row[0]
+
+    def create(self, name: str) -> str:
+        self.drop(name)
+        self.admin.execute(f'CREATE DATABASE "{name}"')
+        return self.dsn(name)
+
+    def drop(self, name: str) -> None:
+        self.admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def durability(self) -> dict[str, str]:
+        """The server's synchronous_commit and fsync, and where each comes from."""
+        out = {"version": str(self.one("SHOW server_version"))}
+        for name in ("synchronous_commit", "fsync"):
+            out[name] = str(self.one("SELECT setting FROM pg_settings WHERE name = %s", name))
+            out[f"{name}_source"] = str(self.one(
+                "SELECT source FROM pg_settings WHERE name = %s", name))
+        return out
+
+    def close(self) -> None:
+        self.admin.close()
+
+
+def database_name(base: str, system: str, batch: int, repeat: int) -> str:
+    name = f"{base}_peers_{system}_b{batch}_r{repeat}"
+    if len(name) > 63:
+        raise SystemExit(f"--peers: database name {name} is longer than PostgreSQL's 63")
+    return name
+
+
+def unlogged_tables(dsn: str) -> list[str]:
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        return [r[0] for r in conn.execute(
+            "SELECT relname FROM pg_class WHERE relpersistence = 'u' ORDER BY 1").fetchall()]
+
+
+# --- child processes
+
+
+def _error(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+
+
+def enqueue_child(system: str, dsn: str, jobs: int, batch: int, results: Any) -> None:
+    """Child process: connect, then enqueue ``jobs`` jobs ``batch`` per call (timed)."""
+    quiet_logging()
+    try:
+        clock = Clock()
+        done = PEERS[system].enqueue(dsn, jobs, batch, clock)
+        results.put({"ok": True, "seconds": clock.seconds, "ids": done.ids,
+                     "synchronous_commit": done.synchronous_commit})
+    except BaseException as exc:  # reported to the parent, which fails the run
+        results.put({"ok": False, "error": _error(exc)})
+
+
+def worker_child(system: str, dsn: str, batch: int, index: int, ready: Any, go: Any,
+                 results: Any) -> None:
+    """Child process: connect, say so, wait for the start, claim until none is left."""
+    quiet_logging()
+    clock = Clock(ready, go)
+    try:
+        done = PEERS[system].work(dsn, batch, clock)
+        results.put({"ok": True, "index": index, "t0": clock.t0, "t1": clock.t1,
+                     "ids": done.ids, "synchronous_commit": done.synchronous_commit})
+    except BaseException as exc:
+        if not clock.signalled:
+            ready.release()
+        results.put({"ok": False, "index": index, "error": _error(exc)})
+
+
+def _joined(procs: Sequence[Any]) -> None:
+    for proc in procs:
+        proc.join(timeout=60)
+        if proc.is_alive():  # only our own children, by handle
+            proc.kill()
+            proc.join()
+
+
+def enqueue_phase(ctx: Any, system: str, dsn: str, jobs: int, batch: int) -> dict[str, Any]:
+    results = ctx.Queue()
+    proc = ctx.Process(target=enqueue_child, args=(system, dsn, jobs, batch, results))
+    proc.start()
+    try:
+        out: dict[str, Any] = results.get(timeout=PHASE_TIMEOUT_S)
+    finally:
+        _joined([proc])
+    if not out["ok"]:
+        raise RuntimeError(f"{system} enqueue: {out['error']}")
+    return out
+
+
+def claim_phase(ctx: Any, system: str, dsn: str, batch: int, workers: int
+                ) -> dict[str, Any]:
+    """P workers started together; jobs/s from the start to the last one's last job."""
+    ready, go, results = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
+    procs = [ctx.Process(target=worker_child, args=(system, dsn, batch, k, ready, go, results))
+             for k in range(workers)]
+    for proc in procs:
+        proc.start()
+    try:
+        for _ in procs:
+            if not ready.acquire(timeout=PHASE_TIMEOUT_S):
+                raise RuntimeError(f"{system}: a worker did not connect")
+        started = time.perf_counter()
+        go.set()
+        reports = [results.get(timeout=PHASE_TIMEOUT_S) for _ in procs]
+    finally:
+        go.set()
+        _joined(procs)
+    failed = [r for r in reports if not r["ok"]]
+    if failed:
+        raise RuntimeError(f"{system} worker {failed[0]['index']}: {failed[0]['error']}")
+    reports.sort(key=lambda r: r["index"])
+    # perf_counter is the system-wide monotonic clock on Linux: comparable across processes
+    return {"seconds": max(r["t1"] for r in reports) - started,
+            "start_skew_ms": round(1000 * (max(r["t0"] for r in reports) - started), 2),
+            "per_worker": [len(r["ids"]) for r in reports],
+            "ids": [job_id for r in reports for job_id in r["ids"]],
+            "synchronous_commit": sorted({r["synchronous_commit"] for r in reports})}
+
+
+# --- one run: one system, one mode, one fresh database
+
+
+def one_run(ctx: Any, server: Server, peer: Peer, batch: int, repeat: int,
+            args: argparse.Namespace, log: Callable[[str], None]) -> dict[str, Any]:
+    calls = peer.calls()
+    enqueue_batch = batch if calls[f"enqueue_{batch}"] else 1
+    claims = calls[f"claim_{batch}"] is not None
+    name = database_name(server.url.database or "postgres", peer.name, batch, repeat)
+    run: dict[str, Any] = {"system": peer.name, "mode": batch, "repeat": repeat,
+                           "database": name, "rates": {}, "errors": []}
+    dsn = server.create(name)
+    try:
+        peer.install(dsn)
+        unlogged = unlogged_tables(dsn)
+        load = [round(os.getloadavg()[0], 2)]
+        enq = enqueue_phase(ctx, peer.name, dsn, args.jobs, enqueue_batch)
+        if enqueue_batch == batch:
+            run["rates"][f"enqueue_{batch}"] = round(args.jobs / enq["seconds"], 1)
+        sessions = {enq["synchronous_commit"]}
+        handled: list[str] = []
+        if claims:
+            load.append(round(os.getloadavg()[0], 2))
+            claim = claim_phase(ctx, peer.name, dsn, batch, args.processes)
+            run["rates"][f"claim_{batch}"] = round(args.jobs / claim["seconds"], 1)
+            run["per_worker"] = claim["per_worker"]
+            run["start_skew_ms"] = claim["start_skew_ms"]
+            handled = claim["ids"]
+            sessions.update(claim["synchronous_commit"])
+        run["load1_at_phase_starts"] = load
+        import psycopg
+
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            checks = peer.check(conn, enq["ids"], claims)
+        checks.expect("enqueued_distinct", len(set(enq["ids"])), args.jobs)
+        if claims:
+            checks.expect("handlers_given_each_job_once",
+                          (len(handled), set(handled)), (args.jobs, set(enq["ids"])))
+        checks.expect("sessions_synchronous_commit", sorted(sessions),
+                      [args.durability["synchronous_commit"]])
+        checks.expect("unlogged_tables", unlogged, [])
+    except Exception as exc:
+        run["errors"].append(f"{type(exc).__name__}: {exc}")
+        checks = Checks()
+        checks.passed["ran"] = False
+    finally:
+        if not args.keep_db:
+            server.drop(name)
+    run["checks"], run["seen"] = checks.passed, checks.seen
+    run["ok"] = not run["errors"] and all(checks.passed.values())
+    rates = ", ".join(f"{LANE_HEADS[lane]} {rate:,.1f} jobs/s"
+                      for lane, rate in run["rates"].items())
+    log(f"  {peer.name} mode {batch}, repeat {repeat}: {rates or 'no rate'}; "
+        f"{'each job exactly once' if run['ok'] else 'FAILED'}")
+    for lane_error in run["errors"]:
+        log(f"    {lane_error.splitlines()[0]}")
+    return run
+
+
+# --- the run and its report
+
+
+def run_peers(args: argparse.Namespace, log: Callable[[str], None]) -> int:
+    """``--repeat`` rounds of every system, each mode on a fresh database; the table of
+    medians and hubstore's ratios to each peer. Exit status 1 when any check failed."""
+    quiet_logging()
+    server = Server(args.url)
+    args.durability = durability = server.durability()
+    systems: dict[str, dict[str, Any]] = {}
+    for system in args.systems:
+        peer = PEERS[system]
+        why = peer.missing()
+        systems[system] = {"version": peer.version() if why is None else None,
+                           "skipped": why, "calls": peer.calls() if why is None else {}}
+        if why is not None:
+            log(f"{system}: skipped, {why}")
+    running = [PEERS[s] for s in args.systems if systems[s]["skipped"] is None]
+    ctx = mp.get_context("spawn")
+    runs: list[dict[str, Any]] = []
+    try:
+        for repeat in range(1, args.repeat + 1):
+            log(f"repeat {repeat} of {args.repeat}")
+            for peer in running:
+                calls = systems[peer.name]["calls"]
+                for batch in (1, BATCH):
+                    if batch != 1 and not (calls[f"enqueue_{batch}"] or calls[f"claim_{batch}"]):
+                        continue
+                    runs.append(one_run(ctx, server, peer, batch, repeat, args, log))
+    finally:
+        server.close()
+    return report(args, systems, runs, durability)
+
+
+def _medians(systems: dict[str, dict[str, Any]], runs: list[dict[str, Any]]
+             ) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for system in systems:
+        out[system] = {}
+        for lane in LANES:
+            rates = [r["rates"][lane] for r in runs if r["system"] == system
+                     and lane in r["rates"]]
+            out[system][lane] = {**spread(rates), "runs": rates} if rates else None
+    return out
+
+
+def report(args: argparse.Namespace, systems: dict[str, dict[str, Any]],
+           runs: list[dict[str, Any]], durability: dict[str, str]) -> int:
+    results = _medians(systems, runs)
+    ratios: dict[str, dict[str, dict[str, float | None] | None]] = {}
+    ours = results["hubstore"]
+    for system in systems:
+        if system == "hubstore" or systems[system]["skipped"]:
+            continue
+        ratios[system] = {}
+        for lane in LANES:
+            mine, theirs = ours[lane], results[system][lane]
+            ratios[system][lane] = None if mine is None or theirs is None else {
+                "of_medians": round(mine["median"] / theirs["median"], 3),
+                "paired": round(paired_ratio(mine["runs"], theirs["runs"]), 3)
+                if len(mine["runs"]) == len(theirs["runs"]) else None}
+    failed = [r for r in runs if not r["ok"]]
+    ok = not failed and bool(runs)
+    same = all(r["checks"].get(name, False) for r in runs
+               for name in ("sessions_synchronous_commit", "unlogged_tables"))
+    setting = durability["synchronous_commit"]
+    durable = (f"synchronous_commit={setting} ({durability['synchronous_commit_source']}), "
+               f"fsync={durability['fsync']} ({durability['fsync_source']}): the server's "
+               "settings, left as they are for every system; "
+               + (f"every process's session read synchronous_commit={setting} and no table "
+                  "is UNLOGGED" if same else "NOT THE SAME for every run (see FAILED)"))
+    payload = {
+        "mode": "peers", "url": server_display(args.url), "server": durability["version"],
+        "processes": args.processes, "jobs": args.jobs, "repeat": args.repeat,
+        "batch": BATCH, "durability": durable, "systems": systems, "results": results,
+        "ratios": ratios, "runs": runs, "ok": ok,
+        "failed": [f"{r['system']} mode {r['mode']} repeat {r['repeat']}" for r in failed],
+    }
+    emit(payload, table(args, systems, results, ratios, durable, failed), args.json_only)
+    return 0 if ok else 1
+
+
+def server_display(url: str) -> str:
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def table(args: argparse.Namespace, systems: dict[str, dict[str, Any]],
+          results: dict[str, dict[str, Any]], ratios: dict[str, dict[str, Any]],
+          durable: str, failed: list[dict[str, Any]]) -> str:
+    def cell(value: dict[str, Any] | None) -> str:
+        if value is None:
+            return "n/a"
+        return (f"{rate_cell(value['median'])} [{value['min']:,.0f}-{value['max']:,.0f}]"
+                if len(value["runs"]) > 1 else rate_cell(value["median"]))
+
+    head = [f"jobs/s, median of {args.repeat} [min-max]", *LANE_HEADS.values()]
+    body = []
+    for system, about in systems.items():
+        if about["skipped"]:
+            continue
+        body.append([f"{system} {about['version']}", *(cell(results[system][lane])
+                                                       for lane in LANES)])
+    for system, by_lane in ratios.items():
+        body.append([f"hubstore / {system}", *(
+            "n/a" if by_lane[lane] is None else ratio_cell(by_lane[lane]["of_medians"])
+            for lane in LANES)])
+    lines = [format_table(head, body), "",
+             f"{args.jobs:,} no-op jobs, {args.processes} worker processes, {args.repeat} "
+             f"repeat(s); every system and mode on a fresh database of its own on one "
+             f"server (PostgreSQL {args.durability['version']}); ratios: of "
+             "the medians (the JSON line also has the paired ratios).",
+             f"durability: {durable}.",
+             "each job completed exactly once: "
+             + ("yes, in every run (handlers and the systems' own tables)" if not failed
+                else "NO"),
+             "calls:"]
+    for system, about in systems.items():
+        if about["skipped"]:
+            lines.append(f"  {system}: skipped, {about['skipped']}")
+            continue
+        described = "; ".join(f"{LANE_HEADS[lane]}: {about['calls'][lane] or 'n/a'}"
+                              for lane in LANES)
+        lines.append(f"  {system}: {described}")
+    if systems["hubstore"]["calls"] and systems["hubstore"]["calls"][f"claim_{BATCH}"] is None:
+        lines.append("  (hubstore's batch lanes run once HubStore has assign_many / "
+                     "claim_next_assigns / report_assign_results)")
+    for run in failed:
+        lines.append(f"FAILED: {run['system']} mode {run['mode']} repeat {run['repeat']}: "
+                     + "; ".join([*(e.splitlines()[0] for e in run["errors"]),
+                                  *(f"{name}: {run['seen'].get(name, 'failed')}"
+                                    for name, held in run["checks"].items() if not held)]))
+    return "\n".join(lines)
+
+
+def check_url(url: str | None) -> str | None:
+    """Why ``url`` cannot be the peers run's server (None: it can)."""
+    if url is None or make_url(url).get_backend_name() != "postgresql":
+        return ("--peers runs on a PostgreSQL server: pass --url postgresql+psycopg://"
+                "USER@HOST:PORT/DB (DB is only connected to; each run makes a database "
+                "of its own beside it)")
+    if not re.fullmatch(r"[A-Za-z0-9_]+", make_url(url).database or "postgres"):
+        return "--peers: the --url database name must be letters, digits and _"
+    return None
