@@ -111,8 +111,11 @@ def seed(store: HubStore, url: URL) -> dict[str, Any]:
         "get_message.id": message.id, "update_message_status.id": message.id,
         "update_message_status.status": "acked", "update_agent_status.status": "online",
         "update_assign_status.status": "running", "report_assign_result.status": "running",
+        "jobs": [{"task": "t"}],
+        "reports": [{"job_id": "j1", "status": "running"}],
         # never wait: a wait given a bad argument by mistake would last 30 s
-        "wait_for_assign.timeout_s": 0, "next.timeout_s": 0,
+        "wait_for_assign.timeout_s": 0, "wait_for_assigns.timeout_s": 0,
+        "next.timeout_s": 0,
     }
 
 

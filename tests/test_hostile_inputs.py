@@ -194,6 +194,13 @@ def valid(kind: str, pools: Pools) -> st.SearchStrategy[Any]:
         "statuses": st.none() | st.lists(st.sampled_from(list(ASSIGN_STATUSES)), max_size=3),
         "timeout": st.sampled_from([0, 0.0, 0.001]),
         "feed_batch": st.integers(1, 1000),
+        "jobs": st.lists(st.fixed_dictionaries(
+            {"task": good_text}, optional={"priority": st.integers(1, 9)}),
+            min_size=1, max_size=3),
+        "reports": st.lists(st.fixed_dictionaries({
+            "job_id": pooled(pools, "job", small_id),
+            "status": st.sampled_from(["running", "succeeded", "failed"])}),
+            min_size=1, max_size=2),
         "cursor": pooled(pools, "cursor", st.sampled_from(["feed1:0", "feed1:5"])) | st.none()
         | st.just("feed1:9223372036854775807"),
     }
@@ -278,6 +285,10 @@ METHODS: dict[str, dict[str, str]] = {
     "schedule_assign_retry": {"job_id": "job", "reason": "text", "requested_by": "text"},
     "sweep_timed_out_assigns": {"now_ms": "time"},
     "claim_next_assign": {"worker_agent": "agent"},
+    "next_due_ms": {"worker_agent": "agent"},
+    "claim_next_assigns": {"worker_agent": "agent", "limit": "feed_batch"},
+    "assign_many": {"supervisor_agent": "agent", "worker_agent": "agent", "jobs": "jobs"},
+    "report_assign_results": {"reports": "reports", "worker_agent": "agent"},
     "add_reflexion": {"error_pattern": "text", "error_message": "text", "solution": "text",
                       "context": "object", "solution_code": "opt_text",
                       "type": "reflexion_type", "adaptive_state": "object"},
@@ -303,6 +314,8 @@ METHODS: dict[str, dict[str, str]] = {
     "get_hub_stats": {},
     "get_audit_stats": {},
     "wait_for_assign": {"worker_agent": "agent", "timeout_s": "timeout"},
+    "wait_for_assigns": {"worker_agent": "agent", "limit": "feed_batch",
+                         "timeout_s": "timeout"},
     "message_feed": {"agent_id": "agent", "include_topics": "topics", "cursor": "cursor",
                      "next.timeout_s": "timeout", "next.max_messages": "feed_batch"},
 }
@@ -317,7 +330,8 @@ _PATCH_KINDS = {
         "timeout_ms": "duration", "trace_id": "opt_id", "correlation_id": "opt_id",
         "deadline_ms": "opt_time", "last_message_id": "opt_id", "result": "json",
         "error": "json", "started_at_ms": "opt_time", "completed_at_ms": "opt_time",
-        "last_retry_at_ms": "opt_time"}),
+        "last_retry_at_ms": "opt_time", "not_before_ms": "opt_time",
+        "retry_backoff_ms": "duration"}),
     "pipeline_fields": (PipelineFields, {
         "phase": "text", "fix_attempt": "opt_count", "fix_max": "opt_count",
         "ralph_iteration": "opt_count", "ralph_max": "opt_count", "artifacts": "json",
