@@ -30,6 +30,7 @@ from hubstore.errors import (
     ReadOnlyUnitOfWork,
     WorkerMismatch,
 )
+from hubstore.ids import now_ms
 from hubstore.models import AssignJob
 from hubstore.services import HubOperations
 from hubstore.types import AssignEvent
@@ -346,6 +347,10 @@ async def test_a_wait_cancelled_while_claiming_leaves_the_job_queued(
 async def test_a_claim_committed_during_cancellation_is_put_back(
         store: HubStore) -> None:
     job = store.assign_async("lead", "w1", task="t")
+    # A claim in the job's own millisecond would make its deadline look set by the claim
+    # (created_at + timeout == claimed_at + timeout), which _requeue then takes back.
+    while now_ms() <= job.updated_at_ms:
+        time.sleep(0.001)
     claimed = present(store.claim_next_assign("w1"))
     aio._requeue(store, claimed)
     back = present(store.get_assign(job.job_id))

@@ -799,18 +799,29 @@ def test_prune_pauses_between_batches_only_as_its_own_transactions(
     assert store.get_hub_stats()["total_messages"] == 0
 
 
-def test_close_wakes_the_waiters_and_stops_the_watcher(db_url: URL) -> None:
+def test_close_wakes_the_waiters_and_stops_the_watcher(
+        db_url: URL, monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 
+    from hubstore.services import waiting
+
+    # Closed once the waiter waits (it subscribes before its first claim, which a
+    # close could otherwise interrupt: not what this test is about).
+    waits = threading.Event()
+    real_pause = waiting.pause
+
+    def pause(sub: Any, deadline: float | None) -> bool:
+        waits.set()
+        return real_pause(sub, deadline)
+
+    monkeypatch.setattr(waiting, "pause", pause)
     store = HubStore.open(db_url)
     got: list[object] = []
     waiter = threading.Thread(target=lambda: got.append(
         store.wait_for_assign("w", timeout_s=30)))
     waiter.start()
-    deadline = time.monotonic() + 10
-    while not store.__dict__.get("_change_watcher") or not store.change_watcher()._subs:
-        assert time.monotonic() < deadline, "the waiter never subscribed"
-        time.sleep(0.01)
+    assert waits.wait(10), "the waiter never waited"
+    assert store.change_watcher()._subs
     watcher = store.change_watcher()
     began = time.monotonic()
     store.close()
