@@ -165,6 +165,7 @@ async def test_200_concurrent_tasks(astore: AsyncHubStore) -> None:
     assert (await astore.get_hub_stats())["total_messages"] == 200
 
 
+@pytest.mark.alone
 async def test_the_loop_is_never_late_by_100_ms_while_50_tasks_write(
         astore: AsyncHubStore) -> None:
     lateness: list[float] = []
@@ -399,6 +400,7 @@ async def test_a_cancelled_next_leaves_its_messages_for_the_next_call(
 
 
 @pytest.mark.parametrize("kind", ["assign", "feed"])
+@pytest.mark.alone
 async def test_async_wake_up_latency_across_processes(db_url: URL, backend: str,
                                                       kind: str) -> None:
     count = 30

@@ -209,6 +209,7 @@ def test_messages_written_by_sql_outside_hubstore_are_in_the_feed(store: HubStor
 # --- across processes -----------------------------------------------------------------
 
 @pytest.mark.parametrize("kind", ["assign", "feed"])
+@pytest.mark.alone
 def test_wake_up_latency_across_processes(db_url: URL, backend: str, kind: str) -> None:
     count = 40
     child = Child(f"{kind}_latency", db_url, "w1", count)
