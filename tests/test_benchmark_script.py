@@ -21,7 +21,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import URL
 
 from hubstore import HubStore
-from tests.conftest import SHARED
+from tests.reference_runner import reference_store
 
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_store.py"
 WORKLOADS = {
@@ -35,7 +35,6 @@ SCALING_WORKLOADS = {"poll_for_agent", "sweep_and_stats", "reflexion_learn"}
 # 2 assign lifecycles (3 calls each), 1 learn, 1 lookup and 2 figure reads; one sweep at
 # t = 0.
 HUB_CALLS_3S = 3 * (10 + 50 + 50 + 2 * 3 + 1 + 1 + 2) + 1
-SETUP = SHARED / "reference" / "setup.sh"
 
 
 def bench(url: URL, *args: str) -> dict[str, Any]:
@@ -334,22 +333,13 @@ def test_async_is_measured_or_skipped_with_a_note(empty_url: URL) -> None:
 
 
 @pytest.fixture(scope="session")
-def reference_hub(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A runnable reference hub folder: $HUBSTORE_REFERENCE_HUB, else one made with
+def reference_hub() -> Path:
+    """A runnable reference hub folder: $HUBSTORE_REFERENCE_HUB, else 7.2.1 made with
     ../shared/reference/setup.sh (cached under ~/.cache/hubstore); skipped without."""
     given = os.environ.get("HUBSTORE_REFERENCE_HUB")
     if given:
         return Path(given)
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.skip("node and npm are needed to run the reference store")
-    if not SETUP.is_file():
-        pytest.skip(f"no reference store to set up ({SETUP} is missing)")
-    dest = Path.home() / ".cache" / "hubstore" / "reference-7.2.1"
-    done = subprocess.run(["bash", str(SETUP), str(dest)], capture_output=True, text=True,
-                          timeout=600, check=False)
-    if done.returncode != 0:
-        pytest.skip(f"setup.sh failed: {done.stderr.strip()[-300:]}")
-    return Path(done.stdout.strip().splitlines()[-1])
+    return reference_store("7.2.1")
 
 
 def test_reference_runs_beside_hubstore_on_the_same_rows(empty_url: URL,

@@ -210,6 +210,7 @@ def test_messages_written_by_sql_outside_hubstore_are_in_the_feed(store: HubStor
 # --- across processes -----------------------------------------------------------------
 
 @pytest.mark.parametrize("kind", ["assign", "feed"])
+@pytest.mark.alone
 def test_wake_up_latency_across_processes(db_url: URL, backend: str, kind: str) -> None:
     count = 40
     child = Child(f"{kind}_latency", db_url, "w1", count)
@@ -302,18 +303,29 @@ def test_an_idle_waiter_uses_under_5_percent_of_a_core(db_url: URL, backend: str
 # --- close() ----------------------------------------------------------------------
 
 
-def test_close_wakes_the_waiters_and_stops_the_watcher(db_url: URL) -> None:
+def test_close_wakes_the_waiters_and_stops_the_watcher(
+        db_url: URL, monkeypatch: pytest.MonkeyPatch) -> None:
     import threading
 
+    from hubstore.services import waiting
+
+    # Closed once the waiter waits (it subscribes before its first claim, which a
+    # close could otherwise interrupt: not what this test is about).
+    waits = threading.Event()
+    real_pause = waiting.pause
+
+    def pause(sub: Any, deadline: float | None, due: float | None = None) -> bool:
+        waits.set()
+        return real_pause(sub, deadline, due)
+
+    monkeypatch.setattr(waiting, "pause", pause)
     store = HubStore.open(db_url)
     got: list[object] = []
     waiter = threading.Thread(target=lambda: got.append(
         store.wait_for_assign("w", timeout_s=30)))
     waiter.start()
-    deadline = time.monotonic() + 10
-    while not store.__dict__.get("_change_watcher") or not store.change_watcher()._subs:
-        assert time.monotonic() < deadline, "the waiter never subscribed"
-        time.sleep(0.01)
+    assert waits.wait(10), "the waiter never waited"
+    assert store.change_watcher()._subs
     watcher = store.change_watcher()
     began = time.monotonic()
     store.close()
