@@ -33,6 +33,7 @@ VALID: dict[str, Any] = {
     "opt_count": 1, "duration": 1_000, "time": None, "opt_time": 1_000, "priority": 5,
     "js_number": 5, "confidence": 0.5, "limit": 10, "bool": True, "reported": "succeeded",
     "statuses": ["queued"], "timeout": 0, "feed_batch": 10,
+    "jobs": [{"task": "t"}], "reports": [{"job_id": "j-1", "status": "running"}],
 }
 
 

@@ -35,6 +35,8 @@ def server(postgres: PostgresDatabases) -> Iterator[URL]:
     """The lane's --url: an empty database of the test's own (only connected to); the
     lane's own databases, named after it, must all be gone afterwards."""
     url = postgres.create("hubstore_peers")
+    with postgres.admin.connect() as conn:  # the server's own durability, as the lane's
+        conn.execute(text(f'ALTER DATABASE "{url.database}" RESET synchronous_commit'))
     yield url
     engine = create_engine(url, isolation_level="AUTOCOMMIT")
     try:

@@ -21,7 +21,7 @@ from tests.conftest import WORKER, PostgresDatabases, ensure_database, pg_admin_
 CHECKOUT = Path(__file__).resolve().parents[1]
 #: A PostgreSQL test of the project's own suite: it needs the admin database, a template
 #: migrated on it and a copy of that template.
-ONE_POSTGRESQL_TEST = "tests/test_smoke.py::test_factories_insert_rows_visible_to_the_store"
+ONE_POSTGRESQL_TEST = "tests/test_factories.py::test_factories_insert_rows_visible_to_the_store"
 
 
 def _missing_database() -> URL:
