@@ -403,8 +403,8 @@ def test_rolled_back_unit_of_work_fires_no_listener(store: HubStore, heard: Hear
     assert trace(store, job) == []
 
 
-def test_a_failing_listener_is_logged_and_harms_nothing(store: HubStore, heard: Heard
-                                                        ) -> None:
+def test_a_failing_listener_is_logged_and_harms_nothing(
+        store: HubStore, heard: Heard, monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(event: AssignEvent, job: AssignJob) -> None:
         raise ValueError("listener bug")
 
@@ -420,6 +420,14 @@ def test_a_failing_listener_is_logged_and_harms_nothing(store: HubStore, heard: 
             logged.append(record)
 
     catcher = Catcher(logging.ERROR)
+    # Other tests in this process may have run a logging configuration that disables
+    # or quiets the loggers that existed then (logging.config's default): the logger
+    # that announces is made live again for this test.
+    for name in ("hubstore", "hubstore.transaction"):
+        live = logging.getLogger(name)
+        monkeypatch.setattr(live, "disabled", False)
+        monkeypatch.setattr(live, "propagate", True)
+        monkeypatch.setattr(live, "level", logging.NOTSET)
     logger = logging.getLogger("hubstore")
     logger.addHandler(catcher)
     try:
