@@ -14,7 +14,7 @@ import functools
 import re
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
@@ -266,18 +266,9 @@ class WaitingOps:
         none, wait until any process queues one and claim it. None once ``timeout_s``
         passed (never before; None waits without limit)."""
         require_id(worker_agent, "worker_agent")
-        deadline = deadline_after(timeout_s)
-        watcher = self.change_watcher()
-        with watcher.subscribe(signals.ASSIGNS, [signals.worker_key(worker_agent)]) as sub:
-            while True:
-                sub.clear()
-                with self.unit_of_work() as uow:
-                    job = claim_next_assign(uow, worker_agent)
-                    due = None if job is not None else due_at(uow, worker_agent)
-                if job is not None:
-                    return job
-                if not pause(sub, deadline, due):
-                    return None
+        jobs = self._claim_waiting(worker_agent, timeout_s, lambda uow: [
+            job for job in [claim_next_assign(uow, worker_agent)] if job is not None])
+        return jobs[0] if jobs else None
 
     def wait_for_assigns(self, worker_agent: str, limit: int = 10,
                          timeout_s: float | None = 30.0) -> list[AssignJob]:
@@ -286,13 +277,21 @@ class WaitingOps:
         then. An empty list once ``timeout_s`` passed."""
         require_id(worker_agent, "worker_agent")
         require_int(limit, "limit", minimum=1, maximum=MAX_BATCH)
+        return self._claim_waiting(worker_agent, timeout_s,
+                                   lambda uow: claim_next_assigns(uow, worker_agent, limit))
+
+    def _claim_waiting(self, worker_agent: str, timeout_s: float | None,
+                       claim: Callable[[Transaction], list[AssignJob]]) -> list[AssignJob]:
+        """``claim`` the worker's jobs; while it takes none, wait for a wake-up (or the
+        next scheduled job's time) and claim again. An empty list once ``timeout_s``
+        passed."""
         deadline = deadline_after(timeout_s)
         watcher = self.change_watcher()
         with watcher.subscribe(signals.ASSIGNS, [signals.worker_key(worker_agent)]) as sub:
             while True:
                 sub.clear()
                 with self.unit_of_work() as uow:
-                    jobs = claim_next_assigns(uow, worker_agent, limit)
+                    jobs = claim(uow)
                     due = None if jobs else due_at(uow, worker_agent)
                 if jobs:
                     return jobs
