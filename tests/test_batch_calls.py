@@ -15,6 +15,7 @@ from hubstore import HubStore
 from hubstore.aio import AsyncHubStore
 from hubstore.errors import StaleAttempt, ValidationError
 from hubstore.models import AssignJob
+from tests.helpers import engine_statements, present
 
 
 def test_assign_many_creates_every_job_and_its_dispatch_in_one_go(store: HubStore) -> None:
@@ -121,3 +122,119 @@ def test_the_async_store_has_the_batch_calls(db_url: URL) -> None:
             assert await hub.claim_next_assigns("w1", 5) == []
 
     asyncio.run(main())
+
+
+# --- one statement for a batch, the general path where a report needs it --------------
+
+def _strip(row: dict[str, object], *keys: str) -> dict[str, object]:
+    return {k: v for k, v in row.items() if k not in keys}
+
+
+def test_assign_many_writes_the_rows_assign_async_writes(store: HubStore) -> None:
+    """PostgreSQL: the jobs and their handoffs in one statement (no BEGIN or COMMIT)."""
+    fields = {"task": "t", "payload": {"n": [1, 2.5, "x"]}, "priority": 8, "max_retries": 2,
+              "timeout_ms": 5_000, "trace_id": "tr", "correlation_id": "co"}
+    one = store.assign_async("lead", "w1", **fields)
+    seen = engine_statements(store)
+    many = store.assign_many("lead", "w1", [fields, {**fields, "task": "u"}])
+    if store.dialect == "postgresql":
+        assert seen == ["WITH"]
+    ids = ("job_id", "last_message_id", "created_at_ms", "updated_at_ms", "deadline_ms")
+    assert _strip(many[0].to_dict(), *ids) == _strip(one.to_dict(), *ids)
+    assert many[1].task == "u"
+    for job in (one, *many):
+        assert present(store.get_assign(job.job_id)).to_dict() == job.to_dict()
+    handoffs = [present(store.get_message(str(job.last_message_id))) for job in (one, *many)]
+    shown = [_strip(m.to_dict(), "id", "created_at_ms", "expires_at_ms") for m in handoffs]
+    for job, message in zip((one, *many), shown, strict=True):
+        assert isinstance(message["payload"], dict)
+        assert message["payload"]["assign_job_id"] == job.job_id
+        message["payload"] = _strip(message["payload"], "assign_job_id", "task")
+    assert shown[0] == shown[1] == shown[2]
+
+
+def _claimed(store: HubStore, count: int, **fields: object) -> list[AssignJob]:
+    store.assign_many("lead", "w1", [{"task": str(i), **fields} for i in range(count)])
+    return store.claim_next_assigns("w1", count)
+
+
+def test_a_batch_of_routine_reports_is_one_statement(store: HubStore) -> None:
+    jobs = _claimed(store, 3)
+    seen = engine_statements(store)
+    outcomes = store.report_assign_results(
+        [{"job_id": j.job_id, "status": "succeeded", "attempt": j.attempt,
+          "result": {"i": i}} for i, j in enumerate(jobs)], worker_agent="w1")
+    if store.dialect == "postgresql":
+        assert seen == ["WITH"]  # autocommit: no BEGIN, no COMMIT
+    assert [o.job.job_id for o in outcomes] == [j.job_id for j in jobs]
+    assert [(o.event, o.job.status, o.job.result) for o in outcomes] == [
+        ("completed", "succeeded", {"i": i}) for i in range(3)]
+    for outcome in outcomes:
+        assert present(store.get_assign(outcome.job.job_id)).to_dict() == outcome.job.to_dict()
+        message = present(outcome.message)
+        stored = present(store.get_message(message.id))
+        assert stored.to_dict() == message.to_dict()
+        assert stored.payload["event"] == "completed"
+        assert stored.payload["result"] == outcome.job.result
+    assert [j.status for j in store.list_assigns(worker_agent="w1")] == ["succeeded"] * 3
+
+
+def test_reports_that_need_the_general_path_are_taken_in_order(store: HubStore) -> None:
+    once, retried = _claimed(store, 2, max_retries=1)[::-1]
+    store.report_assign_result(once.job_id, "succeeded", attempt=once.attempt)
+    outcomes = store.report_assign_results([
+        {"job_id": once.job_id, "status": "succeeded"},  # the same report again: no-op
+        {"job_id": retried.job_id, "status": "failed", "error": {"e": 1}},  # a retry
+    ], worker_agent="w1")
+    assert [o.event for o in outcomes] == ["completed", "retry_scheduled"]
+    assert outcomes[0].message is None
+    again = present(store.get_assign(retried.job_id))
+    assert (again.status, again.retry_count, again.attempt) == ("queued", 1, 2)
+    twice = store.report_assign_results(  # one job twice in a batch: the second is a no-op
+        [{"job_id": j.job_id, "status": "succeeded"} for j in [*_claimed(store, 1)] * 2])
+    assert [o.event for o in twice] == ["completed", "completed"]
+    assert twice[0].message is not None and twice[1].message is None
+    statuses = sorted(j.status for j in store.list_assigns(worker_agent="w1"))
+    assert statuses == ["queued", "succeeded", "succeeded"]
+
+
+@pytest.mark.parametrize("bad", [[{"status": "succeeded"}], [{"job_id": "x"}],
+                                 [{"job_id": "x", "status": "succeeded"}, {"status": "failed"}],
+                                 [{"job_id": "x", "status": "succeeded"},
+                                  {"job_id": "y", "status": "bogus"}]])
+def test_a_bad_report_anywhere_in_a_batch_is_refused_first(
+        store: HubStore, bad: list[dict[str, str]]) -> None:
+    [job] = _claimed(store, 1)
+    with pytest.raises(ValidationError, match=r"report|status"):
+        store.report_assign_results([{"job_id": job.job_id, "status": "succeeded"}, *bad])
+    assert present(store.get_assign(job.job_id)).status == "running"
+
+
+def test_batch_reporters_crossing_the_same_jobs_finish_each_once(
+        store: HubStore, second_store: HubStore) -> None:
+    """Two reporters send the same final reports in opposite orders, many rounds: the
+    jobs are locked in one order, so neither waits for the other for ever, and each job
+    ends with one 'completed' event."""
+    for _ in range(15):
+        jobs = _claimed(store, 4)
+        reports = [{"job_id": j.job_id, "status": "succeeded"} for j in jobs]
+        errors: list[BaseException] = []
+
+        def report(hub: HubStore, batch: list[dict[str, object]],
+                   errors: list[BaseException]) -> None:
+            try:
+                hub.report_assign_results(batch)
+            except BaseException as exc:  # (told to the test's thread below)
+                errors.append(exc)
+
+        threads = [threading.Thread(target=report, args=(store, reports, errors)),
+                   threading.Thread(target=report, args=(second_store, reports[::-1], errors))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        assert errors == [] and not any(t.is_alive() for t in threads)
+        for job in jobs:
+            events = [m for m in store.get_messages_by_trace(job.trace_id)
+                      if m.type == "event" and m.payload.get("event") == "completed"]
+            assert len(events) == 1

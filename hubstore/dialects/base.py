@@ -8,13 +8,16 @@ from typing import Any
 from sqlalchemy import (
     CTE,
     BindParameter,
+    ColumnClause,
     ColumnElement,
     Connection,
+    Select,
     String,
     Table,
     TextClause,
     literal_column,
 )
+from sqlalchemy.sql.selectable import TableValuedAlias
 
 #: The keys of a reflexion context filter, each with the JSON kind of its value
 #: ("text", "number", "true" or "false"), in order: value i is bound as p_value_i.
@@ -74,6 +77,20 @@ class SqlDialect(ABC):
     def materialized(self, query: CTE) -> CTE:
         """``query`` computed once, whatever the planner would rather do with it."""
         return query
+
+    def json_rows(self, table: Table, name: str) -> Select[Any] | None:
+        """The rows of ``table`` bound as ``name``, one JSON array of objects keyed by
+        column name, as a query of the table's columns in its order: a batch INSERT's
+        rows in one bound value, so that its text is the same for any number of rows.
+        None where the dialect has no such function (its batches run row by row)."""
+        return None
+
+    def json_records(self, name: str, columns: list[ColumnClause[Any]]
+                     ) -> TableValuedAlias | None:
+        """Records bound as ``name``, one JSON array of objects, as a FROM item named
+        ``records`` with ``columns`` (each value converted to its column's type; a key
+        missing from an object is NULL). None where the dialect has no such function."""
+        return None
 
     def likely(self, condition: ColumnElement[bool]) -> ColumnElement[bool]:
         """``condition``, with a hint that it selects most rows (SQLite's planner)."""

@@ -7,8 +7,10 @@ from typing import Any
 from sqlalchemy import (
     CTE,
     BindParameter,
+    ColumnClause,
     ColumnElement,
     Connection,
+    Select,
     Table,
     Text,
     TextClause,
@@ -16,11 +18,13 @@ from sqlalchemy import (
     cast,
     func,
     literal_column,
+    select,
     text,
 )
 from sqlalchemy import type_coerce as coerce
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.sql.selectable import TableValuedAlias
 
 from hubstore.dialects.base import SqlDialect, const
 from hubstore.jsontype import dumps
@@ -54,6 +58,19 @@ class PostgreSQLDialect(SqlDialect):
     def materialized(self, query: CTE) -> CTE:
         # (a WITH query of SELECT ... FOR UPDATE is not inlined; said all the same)
         return query.prefix_with("MATERIALIZED")
+
+    def json_rows(self, table: Table, name: str) -> Select[Any]:
+        # jsonb_populate_recordset(NULL::<table>, rows): each object's keys by column
+        # name, each value converted to its column's type (a JSON value as jsonb).
+        rows = func.jsonb_populate_recordset(
+            literal_column(f"NULL::{table.name}"), bindparam(name, type_=JSONB)
+        ).table_valued(*(column.name for column in table.c))
+        return select(*(rows.c[column.name] for column in table.c))
+
+    def json_records(self, name: str, columns: list[ColumnClause[Any]]) -> TableValuedAlias:
+        # jsonb_to_recordset(rows) AS records(name type, ...)
+        return (func.jsonb_to_recordset(bindparam(name, type_=JSONB))
+                .table_valued(*columns).render_derived("records", with_types=True))
 
     def json_not_null(self, column: ColumnElement[Any]) -> ColumnElement[bool]:
         return func.jsonb_typeof(column) != const("null")

@@ -9,11 +9,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from sqlalchemy import (
+    BigInteger,
     BindParameter,
     Integer,
     Text,
     Update,
     bindparam,
+    column,
     func,
     insert,
     literal_column,
@@ -55,7 +57,7 @@ from hubstore.services.assigns import (
     write_guarded,
 )
 from hubstore.services.base import const, resolve_now
-from hubstore.services.messages import MESSAGE_COLUMNS, message_row, record_message
+from hubstore.services.messages import message_row, record_message
 from hubstore.transaction import Scope, Transaction
 from hubstore.validation import (
     json_value,
@@ -107,32 +109,42 @@ def dispatch(uow: Transaction, job: AssignJob, reason: str) -> AssignJob:
     return write_guarded(uow, job, {"last_message_id": message.id, "updated_at_ms": now_ms()})
 
 
-#: PostgreSQL: a new job and its handoff message in one statement (the message's INSERT
-#: in the WITH clause), so that assign_async in autocommit is one round trip.
-_JOB_WITH_HANDOFF = Prepared(
-    insert(_jobs).values({c.name: bindparam(c.name) for c in _jobs.c})
-    .add_cte(insert(_messages).values(
-        {c.name: bindparam(f"m_{c.name}", type_=c.type) for c in _messages.c
-         if c.name in MESSAGE_COLUMNS}).cte("handoff"))
-    .returning(*_jobs.c), _jobs)
+@functools.cache
+def _jobs_with_handoffs(sql: SqlDialect) -> Prepared:
+    """New jobs and their handoff messages, any number, in one statement (the messages'
+    INSERT in the WITH clause), each table's rows bound as one JSON array: one round
+    trip in autocommit, and the same statement text (so the same server-side plan) for
+    one job or a thousand. Where the dialect has no JSON rows (json_rows), None."""
+    jobs, messages = sql.json_rows(_jobs, "p_jobs"), sql.json_rows(_messages, "p_messages")
+    assert jobs is not None and messages is not None
+    return Prepared(
+        insert(_jobs).from_select(list(_jobs.c), jobs)
+        .add_cte(insert(_messages).from_select(list(_messages.c), messages).cte("handoffs"))
+        .returning(*_jobs.c), _jobs)
 
 
-def create_and_dispatch(uow: Transaction, make_row: Callable[[int], dict[str, Any]]
-                        ) -> AssignJob:
-    """PostgreSQL: the new job (made by ``make_row``) and its handoff message, written in
-    one statement: the rows assign_async's two steps write."""
+def create_and_dispatch(uow: Transaction, make_rows: Sequence[Callable[[int], dict[str, Any]]]
+                        ) -> list[AssignJob]:
+    """New jobs (each made by one of ``make_rows``) and their handoff messages, written
+    in one statement where the dialect has JSON rows (the rows assign_async's two steps
+    write); the jobs in the order of ``make_rows``."""
     now = now_ms()
-    row = make_row(now)
-    message_id = uuidv7()
-    row["last_message_id"] = message_id
-    fields = handoff_fields(row, "create")
-    json_value(fields["payload"], "payload", max_depth=ENVELOPE_DEPTH)
-    values = by_column(row)
-    values.update({f"m_{name}": value for name, value in
-                   message_row(message_id, now, **fields).items()})
-    [job] = _JOB_WITH_HANDOFF.instances(uow, values, AssignJob)
-    announce(uow, job)
-    return job
+    jobs: list[dict[str, Any]] = []
+    messages: list[dict[str, Any]] = []
+    for make_row in make_rows:
+        row = make_row(now)
+        message_id = uuidv7()
+        row["last_message_id"] = message_id
+        fields = handoff_fields(row, "create")
+        json_value(fields["payload"], "payload", max_depth=ENVELOPE_DEPTH)
+        jobs.append(by_column(row))
+        messages.append(message_row(message_id, now, **fields))
+    made = {job.job_id: job for job in _jobs_with_handoffs(uow.sql).instances(
+        uow, {"p_jobs": jobs, "p_messages": messages}, AssignJob)}
+    ordered = [made[row["job_id"]] for row in jobs]
+    for job in ordered:
+        announce(uow, job)
+    return ordered
 
 
 #: The job fields of a supervisor event (the reference's buildAssignSnapshot).
@@ -264,25 +276,109 @@ def _snapshot_json(done: Any) -> Any:
     return func.jsonb_build_object(*parts)
 
 
+def _completed_event(done: Any, m_id: Any, m_corr: Any, m_trace: Any) -> Any:
+    """The INSERT of the 'completed' event message (as notify_supervisor writes it) of
+    each finished row of the WITH query ``done``; its id, and the correlation and trace
+    ids a row without its own gets, are the SQL expressions given."""
+    d = done.c
+    return insert(_messages).from_select(
+        ["id", "type", "from_agent", "to_agent", "topic", "priority", "ttl_ms",
+         "created_at_ms", "expires_at_ms", "correlation_id", "trace_id", "payload_json",
+         "status"],
+        select(m_id, literal_column("'event'"), d.worker_agent,
+               d.supervisor_agent, literal_column(f"'{EVENT_TOPIC}'"),
+               func.greatest(EVENT_MIN_PRIORITY, d.priority), d.ttl_ms, NOW, NOW + d.ttl_ms,
+               func.coalesce(func.nullif(d.correlation_id, ""), m_corr),
+               func.coalesce(func.nullif(d.trace_id, ""), m_trace),
+               _snapshot_json(done), literal_column("'queued'"))
+    ).cte("event")
+
+
 @functools.cache
 def finish_with_event(sql: SqlDialect, retryable: bool) -> Prepared:
     """PostgreSQL: the routine final report and its 'completed' event message (as
     notify_supervisor writes it) in one statement, so that a unit of work in autocommit
     finishes a job in one round trip. Returns the finished job's row, or none."""
     done = cast(Update, _finish_statement(sql, retryable).statement).cte("done")
-    d = done.c
-    event = insert(_messages).from_select(
-        ["id", "type", "from_agent", "to_agent", "topic", "priority", "ttl_ms",
-         "created_at_ms", "expires_at_ms", "correlation_id", "trace_id", "payload_json",
-         "status"],
-        select(bindparam("m_id", type_=Text), literal_column("'event'"), d.worker_agent,
-               d.supervisor_agent, literal_column(f"'{EVENT_TOPIC}'"),
-               func.greatest(EVENT_MIN_PRIORITY, d.priority), d.ttl_ms, NOW, NOW + d.ttl_ms,
-               func.coalesce(func.nullif(d.correlation_id, ""), bindparam("m_corr")),
-               func.coalesce(func.nullif(d.trace_id, ""), bindparam("m_trace")),
-               _snapshot_json(done), literal_column("'queued'"))
-    ).cte("event")
+    event = _completed_event(done, bindparam("m_id", type_=Text), bindparam("m_corr"),
+                             bindparam("m_trace"))
     return Prepared(select(done).add_cte(event), _jobs)
+
+
+#: The fields of one report of finish_many's JSON records.
+_REPORT_RECORD = (("job_id", Text()), ("status", Text()), ("worker", Text()),
+                  ("attempt", BigInteger()), ("result", _c.result_json.type),
+                  ("error", _c.error_json.type), ("m_id", Text()), ("m_corr", Text()),
+                  ("m_trace", Text()))
+
+
+@functools.cache
+def _finish_many(sql: SqlDialect) -> Prepared | None:
+    """PostgreSQL: many routine final reports (on distinct jobs, bound as one JSON array
+    ``p_reports``) and their 'completed' events in one statement, all or none: the jobs
+    are locked first, in job_id order, and the reports are written only when every one
+    of them (``p_count``) is routine, as _finish_statement's guards say. Returns the
+    finished rows (none when any report needs the general path). None where the dialect
+    has no JSON records."""
+    records = sql.json_records("p_reports", [column(name, type_) for name, type_
+                                             in _REPORT_RECORD])
+    if records is None:
+        return None
+    reports = select(*records.c).cte("reports")
+    r = reports.c
+    guards = [_c.job_id == r.job_id, in_sources(rules.ACTIVE),
+              or_(r.worker.is_(None), _c.worker_agent == r.worker),
+              or_(r.attempt.is_(None), _c.attempt == r.attempt),
+              or_(r.status == const("succeeded"), _c.retry_count >= _c.max_retries),
+              *kept_by_rules(sql)]
+    locked = (select(_c.job_id).where(*guards).order_by(_c.job_id)
+              .with_for_update(of=_jobs).cte("locked"))
+    every_one = (select(func.count()).select_from(locked).scalar_subquery()
+                 == bindparam("p_count", type_=Integer))
+    done = (update(_jobs).where(*guards, every_one)
+            .values(status=r.status, result_json=r.result, error_json=r.error,
+                    updated_at_ms=NOW, **terminal_times())
+            .returning(*_c, r.m_id, r.m_corr, r.m_trace).cte("done"))
+    event = _completed_event(done, done.c.m_id, done.c.m_corr, done.c.m_trace)
+    return Prepared(select(*(done.c[c.name] for c in _c)).add_cte(event), _jobs)
+
+
+def _completed(done: AssignJob, message_id: str, now: int, correlation_id: str,
+               trace_id: str) -> AssignOutcome:
+    """The outcome of a routine final report written in SQL: the finished job and the
+    event message the statement wrote (its correlation and trace ids the job's, else
+    the ones given)."""
+    fields = event_fields(done, "completed")
+    fields.update(correlation_id=fields["correlation_id"] or correlation_id,
+                  trace_id=fields["trace_id"] or trace_id)
+    return AssignOutcome(done, "completed",
+                         from_row(Message, message_row(message_id, now, **fields)))
+
+
+def finish_many_routine(uow: Transaction, reports: list[dict[str, Any]]
+                        ) -> list[AssignOutcome] | None:
+    """Checked final reports (keys of _REPORT_RECORD but the message ids) on distinct
+    jobs, finished in one statement where the dialect has JSON records and every report
+    is routine; None (nothing written) otherwise."""
+    statement = _finish_many(uow.sql)
+    if statement is None:
+        return None
+    now = now_ms()
+    records = [{**report, "m_id": uuidv7(), "m_corr": uuidv7(), "m_trace": uuidv7()}
+               for report in reports]
+    done = {job.job_id: job for job in statement.instances(
+        uow, {"p_reports": records, "p_count": len(records), "p_now": now}, AssignJob)}
+    if len(done) != len(records):
+        if done:  # (the statement writes every report or none)
+            raise AssertionError("a batch of reports was written in part")
+        return None
+    outcomes = []
+    for record in records:
+        job = done[record["job_id"]]
+        announce(uow, job)
+        outcomes.append(_completed(job, record["m_id"], now, record["m_corr"],
+                                   record["m_trace"]))
+    return outcomes
 
 
 def finish_routine(uow: Transaction, job_id: str, target: str, worker_agent: str | None,
@@ -303,12 +399,8 @@ def finish_routine(uow: Transaction, job_id: str, target: str, worker_agent: str
     if done is None:
         return None
     announce(uow, done)
-    now = values["p_now"]
-    fields = event_fields(done, "completed")  # (what the statement wrote)
-    fields.update(correlation_id=fields["correlation_id"] or values["m_corr"],
-                  trace_id=fields["trace_id"] or values["m_trace"])
-    message = from_row(Message, message_row(values["m_id"], now, **fields))
-    return AssignOutcome(done, "completed", message)
+    return _completed(done, values["m_id"], values["p_now"], values["m_corr"],
+                      values["m_trace"])
 
 
 def assign_async(scope: Scope, supervisor_agent: str, worker_agent: str, **fields: Any
@@ -321,7 +413,8 @@ def assign_async(scope: Scope, supervisor_agent: str, worker_agent: str, **field
     if scope.sql.writable_ctes:  # one statement: one round trip in autocommit
         make_row = new_job(supervisor_agent, worker_agent, **fields)
         with scope.one_statement() as uow:
-            return create_and_dispatch(uow, make_row)
+            [job] = create_and_dispatch(uow, [make_row])
+            return job
     with scope.unit_of_work() as uow:
         return dispatch(uow, create_assign(uow, supervisor_agent, worker_agent, **fields),
                         "create")
@@ -340,16 +433,8 @@ def report_assign_result(scope: Scope, job_id: str, status: str, worker_agent: s
     no-op: nothing is written or recorded. A report without a result stores {}, as
     the reference does (its ``result ?? payload``, the payload defaulting to {}).
     """
-    require_id(job_id, "job_id")
-    target = rules.normalize_status(status, metadata)
-    if worker_agent is not None:
-        lookup_key(worker_agent, "worker_agent")
-    optional_int(attempt, "attempt")
-    json_value(result, "result")
-    if result is None:
-        result = {}
-    json_value(error, "error")
-    json_value(metadata, "metadata")
+    target, result = _checked_report(job_id, status, worker_agent, attempt, result, error,
+                                     metadata)
     if target != "running":  # the one-statement path, when the report is routine
         # (one statement where the event can be written in its WITH clause, else two)
         with (scope.one_statement() if scope.sql.writable_ctes else scope.unit_of_work()
@@ -376,6 +461,22 @@ def report_assign_result(scope: Scope, job_id: str, status: str, worker_agent: s
             job = move(uow, job, "running", patch)
             return AssignOutcome(job, "progress", notify_supervisor(uow, job, "progress"))
         return finish(uow, job, target, patch, worker_agent or job.worker_agent)
+
+
+def _checked_report(job_id: str, status: str, worker_agent: str | None, attempt: int | None,
+                    result: Any, error: Any, metadata: dict[str, Any] | None
+                    ) -> tuple[str, Any]:
+    """A report's arguments checked (ValidationError otherwise): its target status, and
+    the result it stores (``{}`` for none, as the reference does)."""
+    require_id(job_id, "job_id")
+    target = rules.normalize_status(status, metadata)
+    if worker_agent is not None:
+        lookup_key(worker_agent, "worker_agent")
+    optional_int(attempt, "attempt")
+    json_value(result, "result")
+    json_value(error, "error")
+    json_value(metadata, "metadata")
+    return target, {} if result is None else result
 
 
 def schedule_assign_retry(scope: Scope, job_id: str, reason: str = "manual",
@@ -488,6 +589,10 @@ def assign_many(scope: Scope, supervisor_agent: str, worker_agent: str,
     items = _batch_items(jobs, "jobs")
     for item in items:
         _check_fields(item)
+    if scope.sql.writable_ctes:  # one statement: one round trip in autocommit
+        make_rows = [new_job(supervisor_agent, worker_agent, **item) for item in items]
+        with scope.one_statement() as uow:
+            return create_and_dispatch(uow, make_rows)
     with scope.unit_of_work() as uow:
         return [dispatch(uow, create_assign(uow, supervisor_agent, worker_agent, **item),
                          "create") for item in items]
@@ -505,9 +610,40 @@ def report_assign_results(scope: Scope, reports: Sequence[Mapping[str, Any]],
         raise ValidationError(
             f"report_assign_results got unknown field(s) {', '.join(map(repr, unknown))}; "
             f"a report takes {', '.join(sorted(REPORT_FIELDS))}")
+    for number, item in enumerate(items, 1):
+        missing = [key for key in ("job_id", "status") if key not in item]
+        if missing:
+            raise ValidationError(f"report {number} of report_assign_results has no "
+                                  f"{' and no '.join(missing)}; each report names its "
+                                  "job_id and status")
+    checked = [{"worker_agent": worker_agent, **item} for item in items]
+    records = [_record(report) for report in checked]  # every report checked first
+    if scope.sql.writable_ctes and _routine(records):  # one statement: one round trip
+        with scope.one_statement() as uow:
+            outcomes = finish_many_routine(uow, records)
+        if outcomes is not None:
+            return outcomes
     with scope.unit_of_work() as uow:
-        return [report_assign_result(uow, **{"worker_agent": worker_agent, **item})
-                for item in items]
+        return [report_assign_result(uow, **report) for report in checked]
+
+
+def _record(report: dict[str, Any]) -> dict[str, Any]:
+    """A report (report_assign_result's keyword arguments) checked (ValidationError
+    otherwise), as finish_many_routine's record."""
+    target, result = _checked_report(
+        report["job_id"], report["status"], report.get("worker_agent"),
+        report.get("attempt"), report.get("result"), report.get("error"),
+        report.get("metadata"))
+    return {"job_id": report["job_id"], "status": target,
+            "worker": report.get("worker_agent") or None, "attempt": report.get("attempt"),
+            "result": result, "error": report.get("error")}
+
+
+def _routine(records: list[dict[str, Any]]) -> bool:
+    """Whether finish_many_routine may take ``records``: several final reports, each on
+    a job of its own (it still falls back when a job needs the general path)."""
+    return (len(records) > 1 and all(record["status"] != "running" for record in records)
+            and len({record["job_id"] for record in records}) == len(records))
 
 
 def _batch_items(items: object, what: str) -> list[dict[str, Any]]:

@@ -168,12 +168,6 @@ def record_message(scope: Scope, type: str, from_agent: str, to_agent: str, topi
         return from_row(Message, row)
 
 
-#: The columns message_row fills (every column of messages).
-MESSAGE_COLUMNS = frozenset({"id", "type", "from_agent", "to_agent", "topic", "priority",
-                             "ttl_ms", "created_at_ms", "expires_at_ms", "correlation_id",
-                             "trace_id", "payload_json", "status"})
-
-
 def message_row(id: str, now: int, *, type: str, from_agent: str, to_agent: str, topic: str,
                 priority: int, ttl_ms: int, payload: Any, trace_id: str, correlation_id: str,
                 status: str) -> dict[str, Any]:
