@@ -222,6 +222,32 @@ def test_pg_claim_costs_measures_each_layout_variant(empty_url: URL) -> None:
     assert jobs == 20
 
 
+def test_pg_enqueue_costs_runs_every_lane_and_checks_the_rows(empty_url: URL) -> None:
+    script = SCRIPT.with_name("pg_enqueue_costs.py")
+    if empty_url.get_backend_name() != "postgresql":
+        assert "must be a PostgreSQL database" in refused(empty_url, script=script)
+        return
+    done = subprocess.run(
+        [sys.executable, str(script), "--url", empty_url.render_as_string(False),
+         "--jobs", "25", "--batch", "10", "--repeat", "1", "--json-only"],
+        capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    payload = json.loads(done.stdout)
+    lanes = ["hubstore", "psycopg alone, hubstore's layout", "psycopg alone, no triggers",
+             "psycopg alone, no triggers, 7 indexes fewer"]
+    assert list(payload["runs"]) == lanes + (["pgqueuer"] if payload["pgqueuer"] else [])
+    assert all(len(rates) == 1 and rates[0] > 0
+               for per in payload["runs"].values() for rates in per.values())
+    engine = create_engine(empty_url)
+    try:  # the last lane's database: pgqueuer's 25 rows, or the stripped layout's jobs
+        with engine.connect() as conn:
+            table = "pgqueuer" if payload["pgqueuer"] else "assign_jobs"
+            rows = conn.execute(text(f"SELECT count(*) FROM {table}")).scalar()
+    finally:
+        engine.dispose()
+    assert rows == 25
+
+
 def test_hub_mode_runs_the_same_mix_at_each_history_size(empty_url: URL) -> None:
     payload = bench(empty_url, "--hub", "--scales", "0,60", "--agents", "100",
                     "--seconds", "3", "--budget", "600", "--repeat", "1")
