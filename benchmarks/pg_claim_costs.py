@@ -28,10 +28,8 @@ from typing import Any
 # bench: the package beside this script (its folder is first on sys.path)
 from bench.claims import claim_once
 from bench.common import format_table
-from bench.databases import pg_reset
-from sqlalchemy import create_engine, make_url, text
-
-from hubstore import HubStore
+from bench.databases import pg_fresh_hub
+from sqlalchemy import make_url
 
 _NO_COUNTERS = ("DROP TRIGGER trg_hub_assign_jobs_update ON assign_jobs; "
                 "DROP TRIGGER trg_hub_messages_insert ON messages")
@@ -47,27 +45,13 @@ VARIANTS: tuple[tuple[str, str | None], ...] = (
 )
 
 
-def fresh(url: str, change: str | None) -> None:
-    """Empty the database, migrate it to head, then apply ``change`` (DDL) to it."""
-    pg_reset(url)
-    with HubStore.open(url, auto_migrate=True):
-        pass
-    if change is not None:
-        engine = create_engine(url)
-        try:
-            with engine.begin() as conn:
-                conn.execute(text(change))
-        finally:
-            engine.dispose()
-
-
 def measure(url: str, processes: int, jobs: int, repeat: int) -> dict[str, list[float]]:
     """jobs/s of each variant, per repeat; every run claims each job exactly once."""
     args = argparse.Namespace(jobs=jobs, processes=processes)
     rates: dict[str, list[float]] = {name: [] for name, _ in VARIANTS}
     for _ in range(repeat):
         for name, change in VARIANTS:
-            fresh(url, change)
+            pg_fresh_hub(url, change)
             run = claim_once(args, url, lambda _message: None, lane="raw")
             checks = run["checks"]
             if run["errors"] or not (checks["claimed_once"] and checks["all_succeeded"]):

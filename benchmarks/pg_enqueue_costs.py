@@ -37,7 +37,7 @@ from typing import Any
 
 # bench: the package beside this script (its folder is first on sys.path)
 from bench.common import format_table
-from bench.databases import pg_reset
+from bench.databases import pg_fresh_hub, pg_reset
 from sqlalchemy import create_engine, make_url, text
 
 from hubstore import HubStore
@@ -169,22 +169,6 @@ def _written(url: str, kind: str) -> tuple[int, int]:
         engine.dispose()
 
 
-def fresh(url: str, kind: str, change: str | None) -> None:
-    """Empty the database; hubstore's lanes migrate it to head, then apply ``change``."""
-    pg_reset(url)
-    if kind == "pgqueuer":
-        return  # (its lane installs its schema itself, untimed)
-    with HubStore.open(url, auto_migrate=True):
-        pass
-    if change is not None:
-        engine = create_engine(url)
-        try:
-            with engine.begin() as conn:
-                conn.execute(text(change))
-        finally:
-            engine.dispose()
-
-
 def pgqueuer_installed() -> bool:
     try:
         import asyncpg  # type: ignore[import-untyped, import-not-found, unused-ignore]  # noqa: F401
@@ -204,7 +188,10 @@ def measure(url: str, jobs: int, batches: Sequence[int], repeat: int
     for _ in range(repeat):
         for batch in batches:
             for name, change, kind in lanes:
-                fresh(url, kind, change)
+                if kind == "pgqueuer":
+                    pg_reset(url)  # (its lane installs its schema itself, untimed)
+                else:
+                    pg_fresh_hub(url, change)
                 rate = runners[kind](url, jobs, batch)
                 made, handoffs = _written(url, kind)
                 if made != jobs or (kind != "pgqueuer" and handoffs != jobs):

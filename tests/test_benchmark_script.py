@@ -192,17 +192,26 @@ def test_claim_mode_with_the_raw_driver_lane_claims_every_job_once(empty_url: UR
     assert jobs >= 30 and unmatched == 0  # each job succeeded, with one completed event
 
 
-def test_pg_claim_costs_measures_each_layout_variant(empty_url: URL) -> None:
-    script = SCRIPT.with_name("pg_claim_costs.py")
-    if empty_url.get_backend_name() != "postgresql":
-        assert "must be a PostgreSQL database" in refused(empty_url, script=script)
-        return
+def layout_script(name: str, url: URL, *args: str) -> dict[str, Any] | None:
+    """Run a PostgreSQL layout benchmark (``--json-only``); its JSON line. On SQLite: it
+    refuses the URL, and None."""
+    script = SCRIPT.with_name(name)
+    if url.get_backend_name() != "postgresql":
+        assert "must be a PostgreSQL database" in refused(url, script=script)
+        return None
     done = subprocess.run(
-        [sys.executable, str(script), "--url", empty_url.render_as_string(False),
-         "--processes", "2", "--jobs", "20", "--repeat", "1", "--json-only"],
+        [sys.executable, str(script), "--url", url.render_as_string(False), *args,
+         "--repeat", "1", "--json-only"],
         capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
-    payload = json.loads(done.stdout)
+    payload: dict[str, Any] = json.loads(done.stdout)
+    return payload
+
+
+def test_pg_claim_costs_measures_each_layout_variant(empty_url: URL) -> None:
+    payload = layout_script("pg_claim_costs.py", empty_url, "--processes", "2", "--jobs", "20")
+    if payload is None:
+        return
     assert list(payload["runs"]) == [
         "hubstore's layout", "without the counter triggers", "without the message_log stamp",
         "without either", "without either, 3 message indexes fewer"]
@@ -223,16 +232,9 @@ def test_pg_claim_costs_measures_each_layout_variant(empty_url: URL) -> None:
 
 
 def test_pg_enqueue_costs_runs_every_lane_and_checks_the_rows(empty_url: URL) -> None:
-    script = SCRIPT.with_name("pg_enqueue_costs.py")
-    if empty_url.get_backend_name() != "postgresql":
-        assert "must be a PostgreSQL database" in refused(empty_url, script=script)
+    payload = layout_script("pg_enqueue_costs.py", empty_url, "--jobs", "25", "--batch", "10")
+    if payload is None:
         return
-    done = subprocess.run(
-        [sys.executable, str(script), "--url", empty_url.render_as_string(False),
-         "--jobs", "25", "--batch", "10", "--repeat", "1", "--json-only"],
-        capture_output=True, text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stderr
-    payload = json.loads(done.stdout)
     lanes = ["hubstore", "psycopg alone, hubstore's layout", "psycopg alone, no triggers",
              "psycopg alone, no triggers, 7 indexes fewer"]
     assert list(payload["runs"]) == lanes + (["pgqueuer"] if payload["pgqueuer"] else [])

@@ -61,6 +61,23 @@ def pg_reset(url: str) -> None:
         engine.dispose()
 
 
+def pg_fresh_hub(url: str, change: str | None = None) -> None:
+    """Empty the PostgreSQL database, migrate it to head, then apply ``change`` (DDL,
+    a layout variant to measure) to it."""
+    from hubstore import HubStore
+
+    pg_reset(url)
+    with HubStore.open(url, auto_migrate=True):
+        pass
+    if change is not None:
+        engine = create_engine(url)
+        try:
+            with engine.begin() as conn:
+                conn.execute(text(change))
+        finally:
+            engine.dispose()
+
+
 def _describe_tables(tables: Sequence[str], shown: int = 5) -> str:
     names = sorted(tables)
     more = f" and {len(names) - shown} more" if len(names) > shown else ""
