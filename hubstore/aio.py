@@ -345,21 +345,23 @@ class AsyncHubStore(AsyncOperations):
         stays (or goes back to) queued for the next waiter.
         """
         require_id(worker_agent, "worker_agent")
+        jobs = await self._wait_claiming(worker_agent, None, timeout_s)
+        return jobs[0] if jobs else None
+
+    async def _wait_claiming(self, worker_agent: str, limit: int | None,
+                             timeout_s: float | None) -> list[AssignJob]:
+        """Claim (as _claim_jobs) until a claim takes jobs, waking on the worker's
+        signal or when its next scheduled job is due; [] once ``timeout_s`` passed."""
         deadline = deadline_after(timeout_s)
         async with _Wake(self, signals.ASSIGNS, [signals.worker_key(worker_agent)]) as wake:
             while True:
                 wake.clear()
-                job = await self._claim(worker_agent)
-                if job is not None:
-                    return job
+                jobs = await self._claim_jobs(worker_agent, limit)
+                if jobs:
+                    return jobs
                 due = await self._call(due_at, self.sync, worker_agent)
                 if not await wake.pause(deadline, due):
-                    return None
-
-    async def _claim(self, worker_agent: str) -> AssignJob | None:
-        """One claim, committed only once this task has taken the job."""
-        jobs = await self._claim_jobs(worker_agent, None)
-        return jobs[0] if jobs else None
+                    return []
 
     async def _claim_jobs(self, worker_agent: str, limit: int | None) -> list[AssignJob]:
         """One claim (of up to ``limit`` jobs; None: claim_next_assign's one), committed
@@ -413,16 +415,7 @@ class AsyncHubStore(AsyncOperations):
         it takes nothing, as wait_for_assign)."""
         require_id(worker_agent, "worker_agent")
         require_int(limit, "limit", minimum=1, maximum=MAX_BATCH)
-        deadline = deadline_after(timeout_s)
-        async with _Wake(self, signals.ASSIGNS, [signals.worker_key(worker_agent)]) as wake:
-            while True:
-                wake.clear()
-                jobs = await self._claim_jobs(worker_agent, limit)
-                if jobs:
-                    return jobs
-                due = await self._call(due_at, self.sync, worker_agent)
-                if not await wake.pause(deadline, due):
-                    return []
+        return await self._wait_claiming(worker_agent, limit, timeout_s)
 
     async def message_feed(self, agent_id: str, include_topics: Iterable[str] | None = None,
                            cursor: str | None = None) -> AsyncMessageFeed:
