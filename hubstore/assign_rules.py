@@ -23,7 +23,7 @@ from typing import Any
 
 from hubstore.errors import IllegalTransition, ValidationError, describe
 from hubstore.types import AssignEvent
-from hubstore.validation import clamp, counter
+from hubstore.validation import clamp, counter, refuse_unknown
 
 TERMINAL = frozenset({"succeeded", "failed", "timed_out"})
 
@@ -165,11 +165,7 @@ PATCH_FIELDS = frozenset(KEEP_ON_NONE + CLEAR_ON_NONE)
 
 def check_patch(patch: Mapping[str, Any]) -> None:
     """Refuse unknown patch fields (a typo must not pass silently)."""
-    unknown = sorted(set(patch) - PATCH_FIELDS)
-    if unknown:
-        raise ValidationError(
-            f"unknown assign job field(s): {', '.join(unknown)}; "
-            f"known: {', '.join(sorted(PATCH_FIELDS))}")
+    refuse_unknown(patch, PATCH_FIELDS, "the assign job's update")
 
 
 def next_values(current: Mapping[str, Any], target: str, patch: Mapping[str, Any],

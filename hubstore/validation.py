@@ -31,6 +31,17 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 MAX_DURATION_MS = 2**62
 
 
+def refuse_unknown(given: Iterable[object], known: Iterable[str], what: str) -> None:
+    """Raise ValidationError when ``given`` (field names) holds one not in ``known``
+    (a typo must not pass silently), naming them and the known ones. The names may be
+    anything a mapping holds: each is shown by describe()."""
+    allowed = set(known)
+    unknown = sorted({describe(name, 60) for name in given if name not in allowed})
+    if unknown:
+        raise ValidationError(f"{what} got unknown field(s) {', '.join(unknown)}; "
+                              f"it takes {', '.join(sorted(allowed))}")
+
+
 def require_str(value: object, what: str) -> str:
     """A string that both dialects can store: no U+0000, no lone surrogate."""
     if not isinstance(value, str):

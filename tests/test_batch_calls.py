@@ -31,6 +31,7 @@ def test_assign_many_creates_every_job_and_its_dispatch_in_one_go(store: HubStor
 
 
 @pytest.mark.parametrize("bad", [[{"task": "ok"}, {"taks": "typo"}],
+                                 [{"task": "ok", 1: "a key of another type", (2,): "x"}],
                                  [{"task": "ok"}, {"task": 5}],
                                  [{"task": "ok"}, "not a mapping"], [], "jobs"])
 def test_a_bad_batch_writes_nothing(store: HubStore, bad: object) -> None:
@@ -199,6 +200,7 @@ def test_reports_that_need_the_general_path_are_taken_in_order(store: HubStore) 
 
 
 @pytest.mark.parametrize("bad", [[{"status": "succeeded"}], [{"job_id": "x"}],
+                                 [{"job_id": "x", "status": "failed", 1: "y", (2,): "z"}],
                                  [{"job_id": "x", "status": "succeeded"}, {"status": "failed"}],
                                  [{"job_id": "x", "status": "succeeded"},
                                   {"job_id": "y", "status": "bogus"}]])

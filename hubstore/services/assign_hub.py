@@ -63,6 +63,7 @@ from hubstore.validation import (
     json_value,
     lookup_key,
     optional_int,
+    refuse_unknown,
     require_id,
     require_int,
     require_text,
@@ -605,11 +606,8 @@ def report_assign_results(scope: Scope, reports: Sequence[Mapping[str, Any]],
     all of them unless a report names its own), in one transaction: every report, or
     (when one raises) none of them."""
     items = _batch_items(reports, "reports")
-    unknown = sorted({key for item in items for key in item} - REPORT_FIELDS)
-    if unknown:
-        raise ValidationError(
-            f"report_assign_results got unknown field(s) {', '.join(map(repr, unknown))}; "
-            f"a report takes {', '.join(sorted(REPORT_FIELDS))}")
+    refuse_unknown([key for item in items for key in item], REPORT_FIELDS,
+                   "report_assign_results")
     for number, item in enumerate(items, 1):
         missing = [key for key in ("job_id", "status") if key not in item]
         if missing:
@@ -658,8 +656,4 @@ def _batch_items(items: object, what: str) -> list[dict[str, Any]]:
 
 
 def _check_fields(fields: Mapping[str, Any]) -> None:
-    unknown = sorted(set(fields) - CREATE_FIELDS)
-    if unknown:
-        raise ValidationError(
-            f"assign_async got unknown field(s) {', '.join(map(repr, unknown))}; "
-            f"it takes {', '.join(sorted(CREATE_FIELDS))}")
+    refuse_unknown(fields, CREATE_FIELDS, "assign_async")

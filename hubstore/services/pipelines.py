@@ -11,7 +11,14 @@ from hubstore.ids import now_ms
 from hubstore.models import PipelineState, table_of
 from hubstore.transaction import Scope
 from hubstore.types import PipelineFields
-from hubstore.validation import json_value, lookup_key, optional_int, require_id, require_text
+from hubstore.validation import (
+    json_value,
+    lookup_key,
+    optional_int,
+    refuse_unknown,
+    require_id,
+    require_text,
+)
 
 _pipelines = table_of(PipelineState)
 _INT_FIELDS = ("fix_attempt", "fix_max", "ralph_iteration", "ralph_max")
@@ -30,9 +37,7 @@ def save_pipeline_state(scope: Scope, team_name: str,
     """Insert the team's state, or update the named fields of it."""
     require_id(team_name, "team_name")
     fields = dict(changes)
-    unknown = sorted(set(fields) - set(_FIELDS))
-    if unknown:
-        raise_unknown(unknown)
+    refuse_unknown(fields, _FIELDS, "save_pipeline_state")
     if "phase" in fields:
         require_text(fields["phase"], "phase")
     for name in _INT_FIELDS:
@@ -68,10 +73,3 @@ def list_pipeline_states(scope: Scope) -> list[PipelineState]:
     with scope.unit_of_work(write=False) as uow:
         return load(uow, PipelineState,
                     select(PipelineState).order_by(PipelineState.team_name))
-
-
-def raise_unknown(names: list[str]) -> None:
-    from hubstore.errors import ValidationError
-
-    raise ValidationError(
-        f"unknown pipeline state field(s): {', '.join(names)}; known: {', '.join(_FIELDS)}")

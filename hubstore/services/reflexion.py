@@ -31,6 +31,7 @@ from hubstore.validation import (
     MAX_PATTERN_BYTES,
     json_object,
     lookup_key,
+    refuse_unknown,
     require_duration,
     require_enum,
     require_id,
@@ -172,9 +173,7 @@ def check_patch(patch: Mapping[str, Any]) -> dict[str, Any]:
     for key in patch:
         if key in ("id", "created_at_ms"):
             raise ValidationError(f"{key} cannot be patched")
-        if key not in PATCHABLE:
-            raise ValidationError(
-                f"patch_reflexion got an unknown field {key!r}; it takes {', '.join(PATCHABLE)}")
+    refuse_unknown(patch, PATCHABLE, "patch_reflexion")
     values: dict[str, Any] = {}
     for key, value in patch.items():
         if key in ("context", "adaptive_state"):
