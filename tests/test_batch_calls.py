@@ -4,11 +4,13 @@ each job claimed exactly once, a failing batch leaving nothing behind."""
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 from collections.abc import Iterator
 
 import pytest
+from sqlalchemy import event
 from sqlalchemy.engine import URL
 
 from hubstore import HubStore
@@ -240,3 +242,39 @@ def test_batch_reporters_crossing_the_same_jobs_finish_each_once(
             events = [m for m in store.get_messages_by_trace(job.trace_id)
                       if m.type == "event" and m.payload.get("event") == "completed"]
             assert len(events) == 1
+
+
+def test_a_batch_report_finds_its_jobs_by_key_however_many_are_active(
+        store: HubStore) -> None:
+    """PostgreSQL: the batch report's plan looks its jobs up by primary key; a join on the
+    reports alone was planned as a scan of every active job (each batch reading them
+    all). The statement the store runs is captured and explained as it ran."""
+    if store.dialect != "postgresql":
+        pytest.skip("SQLite runs a batch report by report, each by key")
+    store.assign_many("lead", "other", [{"task": str(i)} for i in range(600)])
+    store.claim_next_assigns("other", 300)
+    jobs = _claimed(store, 10)
+    with store.unit_of_work() as uow:
+        uow.connection.exec_driver_sql("ANALYZE assign_jobs")
+    ran: list[tuple[str, object]] = []
+
+    def capture(_c: object, _cur: object, statement: str, parameters: object,
+                *_: object) -> None:
+        if "jsonb_to_recordset" in statement:
+            ran.append((statement, parameters))
+
+    event.listen(store.engine, "before_cursor_execute", capture)
+    try:
+        store.report_assign_results([{"job_id": j.job_id, "status": "succeeded"}
+                                     for j in jobs])
+    finally:
+        event.remove(store.engine, "before_cursor_execute", capture)
+    [(statement, parameters)] = ran
+    with store.engine.connect() as conn:  # (explained in a transaction rolled back)
+        plan = "\n".join(row[0] for row in conn.exec_driver_sql(
+            f"EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF) {statement}",
+            parameters))  # type: ignore[arg-type]
+        conn.rollback()
+    indexes = set(re.findall(r"(?:Index Scan using|Index Scan on) (\w+)", plan))
+    assert indexes == {"pk_assign_jobs"}, plan  # (not idx_assign_jobs_status's active jobs)
+    assert "Seq Scan on assign_jobs" not in plan, plan

@@ -9,11 +9,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
 from sqlalchemy import (
+    ARRAY,
     BigInteger,
     BindParameter,
     Integer,
     Text,
     Update,
+    any_,
     bindparam,
     column,
     func,
@@ -328,7 +330,10 @@ def _finish_many(sql: SqlDialect) -> Prepared | None:
         return None
     reports = select(*records.c).cte("reports")
     r = reports.c
-    guards = [_c.job_id == r.job_id, in_sources(rules.ACTIVE),
+    # (the jobs' ids again, as an array: their primary key finds them, where the join
+    # alone is planned as a scan of every active job)
+    guards = [_c.job_id == any_(bindparam("p_ids", type_=ARRAY(Text))),
+              _c.job_id == r.job_id, in_sources(rules.ACTIVE),
               or_(r.worker.is_(None), _c.worker_agent == r.worker),
               or_(r.attempt.is_(None), _c.attempt == r.attempt),
               or_(r.status == const("succeeded"), _c.retry_count >= _c.max_retries),
@@ -369,7 +374,8 @@ def finish_many_routine(uow: Transaction, reports: list[dict[str, Any]]
     records = [{**report, "m_id": uuidv7(), "m_corr": uuidv7(), "m_trace": uuidv7()}
                for report in reports]
     done = {job.job_id: job for job in statement.instances(
-        uow, {"p_reports": records, "p_count": len(records), "p_now": now}, AssignJob)}
+        uow, {"p_reports": records, "p_ids": [record["job_id"] for record in records],
+              "p_count": len(records), "p_now": now}, AssignJob)}
     if len(done) != len(records):
         if done:  # (the statement writes every report or none)
             raise AssertionError("a batch of reports was written in part")
