@@ -78,6 +78,11 @@ class SqlDialect(ABC):
         """``query`` computed once, whatever the planner would rather do with it."""
         return query
 
+    def one_of(self, column: ColumnElement[Any], keys: Select[Any]) -> ColumnElement[bool]:
+        """``column`` is one of the values ``keys`` selects (a few), found by the
+        column's own index rather than by scanning its table for them."""
+        return column.in_(keys)
+
     def json_rows(self, table: Table, name: str) -> Select[Any] | None:
         """The rows of ``table`` bound as ``name``, one JSON array of objects keyed by
         column name, as a query of the table's columns in its order: a batch INSERT's

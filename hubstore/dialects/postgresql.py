@@ -14,6 +14,7 @@ from sqlalchemy import (
     Table,
     Text,
     TextClause,
+    any_,
     bindparam,
     cast,
     func,
@@ -58,6 +59,11 @@ class PostgreSQLDialect(SqlDialect):
     def materialized(self, query: CTE) -> CTE:
         # (a WITH query of SELECT ... FOR UPDATE is not inlined; said all the same)
         return query.prefix_with("MATERIALIZED")
+
+    def one_of(self, column: ColumnElement[Any], keys: Select[Any]) -> ColumnElement[bool]:
+        # column = ANY(ARRAY(keys)): the array is computed once, then looked up by the
+        # index; an IN (keys) semi-join is planned as a scan of the table when it is small
+        return column == any_(func.array(keys.scalar_subquery()))
 
     def json_rows(self, table: Table, name: str) -> Select[Any]:
         # jsonb_populate_recordset(NULL::<table>, rows): each object's keys by column

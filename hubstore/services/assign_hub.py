@@ -232,7 +232,8 @@ def _claim_many(sql: SqlDialect) -> Prepared:
                               .cte("picked"))
     return Prepared(
         update(_jobs)
-        .where(_c.job_id.in_(select(picked.c.job_id)), _c.status == const(rules.CLAIMABLE))
+        .where(sql.one_of(_c.job_id, select(picked.c.job_id)),
+               _c.status == const(rules.CLAIMABLE))
         .values(status="running", updated_at_ms=NOW, **running_times())
         .returning(*_c), _jobs)
 #: The most jobs one batch call takes.
