@@ -56,6 +56,18 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["PYTEST_DEBUG_TEMPROOT"] = str(shm)
 
 
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker more than the cores this process may use. The suite's
+    tests often wait (on subprocesses, on the server, on timed sleeps) and a third
+    worker on two cores fills those waits: 5:46 against 6:06 for the whole suite in one
+    fresh clone, same machine, one run each."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # (not on every platform)
+        cores = os.cpu_count() or 1
+    return cores + 1
+
+
 class _TakingTurns:
     """pytest-xdist's workers of one run take turns around tests marked ``alone``: such
     a test runs while no other test runs (its bound is on how late something is, and a
