@@ -12,6 +12,7 @@ from sqlalchemy import (
     ARRAY,
     BigInteger,
     BindParameter,
+    ColumnElement,
     Integer,
     Text,
     Update,
@@ -255,20 +256,35 @@ def _finish_statement(sql: SqlDialect, retryable: bool) -> Prepared:
     """
     worker: BindParameter[str] = bindparam("p_worker", type_=Text)
     attempt: BindParameter[int] = bindparam("p_attempt", type_=Integer)
-    guards = [_c.job_id == bindparam("p_job_id"),
-              in_sources(rules.ACTIVE),
-              or_(worker.is_(None), _c.worker_agent == worker),
-              or_(attempt.is_(None), _c.attempt == attempt)]
-    if retryable:
-        guards.append(_c.retry_count >= _c.max_retries)
-    guards += kept_by_rules(sql)
+    no_retry = _c.retry_count >= _c.max_retries if retryable else None
     return Prepared(
-        update(_jobs).where(*guards)
-        .values(status=bindparam("p_status"),
-                result_json=bindparam("p_result", type_=_c.result_json.type),
-                error_json=bindparam("p_error", type_=_c.error_json.type),
-                updated_at_ms=NOW, **terminal_times())
+        update(_jobs)
+        .where(_c.job_id == bindparam("p_job_id"),
+               *_routine_guards(sql, worker, attempt, no_retry))
+        .values(_finished(bindparam("p_status"),
+                          bindparam("p_result", type_=_c.result_json.type),
+                          bindparam("p_error", type_=_c.error_json.type)))
         .returning(*_c), _jobs)
+
+
+def _routine_guards(sql: SqlDialect, worker: Any, attempt: Any, no_retry: Any
+                    ) -> list[ColumnElement[bool]]:
+    """Where a final report is routine (see _finish_statement): the job is active, the
+    reporting ``worker``'s and on the reported ``attempt`` (SQL expressions, NULL for
+    any), ``no_retry`` holds (None: nothing to check), and its row is one the rules
+    leave as it is."""
+    return [in_sources(rules.ACTIVE),
+            or_(worker.is_(None), _c.worker_agent == worker),
+            or_(attempt.is_(None), _c.attempt == attempt),
+            *([] if no_retry is None else [no_retry]),
+            *kept_by_rules(sql)]
+
+
+def _finished(status: Any, result: Any, error: Any) -> dict[str, Any]:
+    """The SET of a routine final report: the status, result and error given (SQL
+    expressions), updated now, and the terminal times."""
+    return {"status": status, "result_json": result, "error_json": error,
+            "updated_at_ms": NOW, **terminal_times()}
 
 
 def _snapshot_json(done: Any) -> Any:
@@ -334,18 +350,15 @@ def _finish_many(sql: SqlDialect) -> Prepared | None:
     # (the jobs' ids again, as an array: their primary key finds them, where the join
     # alone is planned as a scan of every active job)
     guards = [_c.job_id == any_(bindparam("p_ids", type_=ARRAY(Text))),
-              _c.job_id == r.job_id, in_sources(rules.ACTIVE),
-              or_(r.worker.is_(None), _c.worker_agent == r.worker),
-              or_(r.attempt.is_(None), _c.attempt == r.attempt),
-              or_(r.status == const("succeeded"), _c.retry_count >= _c.max_retries),
-              *kept_by_rules(sql)]
+              _c.job_id == r.job_id,
+              *_routine_guards(sql, r.worker, r.attempt, or_(
+                  r.status == const("succeeded"), _c.retry_count >= _c.max_retries))]
     locked = (select(_c.job_id).where(*guards).order_by(_c.job_id)
               .with_for_update(of=_jobs).cte("locked"))
     every_one = (select(func.count()).select_from(locked).scalar_subquery()
                  == bindparam("p_count", type_=Integer))
     done = (update(_jobs).where(*guards, every_one)
-            .values(status=r.status, result_json=r.result, error_json=r.error,
-                    updated_at_ms=NOW, **terminal_times())
+            .values(_finished(r.status, r.result, r.error))
             .returning(*_c, r.m_id, r.m_corr, r.m_trace).cte("done"))
     event = _completed_event(done, done.c.m_id, done.c.m_corr, done.c.m_trace)
     return Prepared(select(*(done.c[c.name] for c in _c)).add_cte(event), _jobs)
