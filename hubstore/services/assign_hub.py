@@ -31,6 +31,7 @@ from hubstore import assign_rules as rules
 from hubstore.dialects import SqlDialect
 from hubstore.errors import (
     AssignNotFound,
+    HubStoreError,
     RetryExhausted,
     StaleAttempt,
     ValidationError,
@@ -391,8 +392,10 @@ def finish_many_routine(uow: Transaction, reports: list[dict[str, Any]]
         uow, {"p_reports": records, "p_ids": [record["job_id"] for record in records],
               "p_count": len(records), "p_now": now}, AssignJob)}
     if len(done) != len(records):
-        if done:  # (the statement writes every report or none)
-            raise AssertionError("a batch of reports was written in part")
+        if done:  # (the statement writes every report or none: never reached)
+            raise HubStoreError(f"a batch of {len(records)} reports finished "
+                                f"{len(done)} jobs; the batch statement must finish all "
+                                "of them or none")
         return None
     outcomes = []
     for record in records:
