@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
@@ -30,12 +31,16 @@ def present(value: T | None) -> T:
 
 def record_calls(monkeypatch: pytest.MonkeyPatch, owner: type, name: str) -> list[Any]:
     """Wrap the method ``owner.name`` for this test: the list of the first argument each
-    call passed (the statement, for Connection.execute and exec_driver_sql)."""
+    call on this thread passed (the statement, for Connection.execute and
+    exec_driver_sql). Calls on other threads of the process are not the test's: the
+    suite's own threads copy and drop PostgreSQL test databases ahead of later tests."""
     calls: list[Any] = []
     real = getattr(owner, name)
+    test_thread = threading.get_ident()
 
     def recording(self: Any, first: Any, *args: Any, **kwargs: Any) -> Any:
-        calls.append(first)
+        if threading.get_ident() == test_thread:
+            calls.append(first)
         return real(self, first, *args, **kwargs)
 
     monkeypatch.setattr(owner, name, recording)
