@@ -173,11 +173,32 @@ def sqlite_path(url: URL) -> Path | None:
     return Path(database).expanduser()
 
 
+def folder_refusal(path: Path) -> str | None:
+    """Why the missing folders of a new SQLite file at ``path`` will not be made (None:
+    they may be, or none is missing): hubstore creates folders only inside an existing,
+    writable one, and never at the top of the file system (``/typo/x.db``)."""
+    if path.parent.exists():
+        return None
+    ancestor = next(p for p in path.absolute().parents if p.exists())
+    if ancestor == Path(ancestor.anchor):
+        return (f"{path.parent} does not exist, and hubstore creates folders only inside an "
+                f"existing one, not at the top of {ancestor} (check the path, or create the "
+                "folder first)")
+    if not ancestor.is_dir() or not os.access(ancestor, os.W_OK | os.X_OK):
+        return (f"{path.parent} does not exist and {ancestor} is not a writable folder to "
+                "create it in (check the path)")
+    return None
+
+
 def ensure_sqlite_file(url: URL) -> None:
-    """Create a missing SQLite file with mode 0600, and its folders with mode 0700."""
+    """Create a missing SQLite file with mode 0600, and its folders with mode 0700
+    (DatabaseUnavailable where :func:`folder_refusal` says no)."""
     path = sqlite_path(url)
     if path is None or path.exists():
         return
+    refusal = folder_refusal(path)
+    if refusal is not None:
+        raise DatabaseUnavailable(f"the SQLite file cannot be created: {refusal}")
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
