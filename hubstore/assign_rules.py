@@ -17,7 +17,6 @@ Repeating the move that made a job terminal (same status) is a no-op.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
@@ -284,10 +283,30 @@ def put_back_values(current: Mapping[str, Any], claimed_at: int, now: int
                             else deadline)}
 
 
+def _civil_date(days: int) -> tuple[int, int, int]:
+    """(year, month, day) of the proleptic Gregorian date ``days`` after 1970-01-01, for
+    any number of days (datetime stops at year 9999): H. Hinnant's civil_from_days."""
+    z = days + 719_468
+    era = z // 146_097
+    doe = z - era * 146_097
+    yoe = (doe - doe // 1_460 + doe // 36_524 - doe // 146_096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    month = mp + 3 if mp < 10 else mp - 9
+    return yoe + era * 400 + (month <= 2), month, doy - (153 * mp + 2) // 5 + 1
+
+
 def iso_timestamp(ms: int) -> str:
-    """JavaScript's ``new Date(ms).toISOString()``."""
-    moment = datetime.fromtimestamp(ms // 1000, tz=UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    """JavaScript's ``new Date(ms).toISOString()``, years outside 0..9999 written as it
+    writes them (``+033658-09-27T01:46:40.000Z``)."""
+    days, rest = divmod(ms, 86_400_000)
+    year, month, day = _civil_date(days)
+    hour, rest = divmod(rest, 3_600_000)
+    minute, rest = divmod(rest, 60_000)
+    second, milli = divmod(rest, 1_000)
+    shown = f"{year:04d}" if 0 <= year <= 9999 else f"{'+' if year > 0 else '-'}{abs(year):06d}"
+    return (f"{shown}-{month:02d}-{day:02d}T{hour:02d}:{minute:02d}:{second:02d}."
+            f"{milli:03d}Z")
 
 
 def status_event(job: Mapping[str, Any]) -> AssignEvent:

@@ -301,13 +301,22 @@ def test_status_event_prefers_result_then_error() -> None:
 
 @pytest.mark.parametrize(("ms", "iso"), [(0, "1970-01-01T00:00:00.000Z"),
                                          (1_700_000_000_005, "2023-11-14T22:13:20.005Z"),
-                                         (1_709_251_199_999, "2024-02-29T23:59:59.999Z")])
+                                         (1_709_251_199_999, "2024-02-29T23:59:59.999Z"),
+                                         # (node's own answers for years past 9999 and
+                                         # before 0: datetime cannot hold them)
+                                         (-1, "1969-12-31T23:59:59.999Z"),
+                                         (10**15, "+033658-09-27T01:46:40.000Z"),
+                                         (253_402_300_800_000, "+010000-01-01T00:00:00.000Z"),
+                                         (-62_198_755_200_000, "-000001-01-01T00:00:00.000Z"),
+                                         (-62_167_219_200_001, "-000001-12-31T23:59:59.999Z"),
+                                         (-8_640_000_000_000_000,
+                                          "-271821-04-20T00:00:00.000Z")])
 def test_iso_timestamp(ms: int, iso: str) -> None:
     assert rules.iso_timestamp(ms) == iso
 
 
 def test_terminal_and_active_sets() -> None:
-    assert set(rules.TERMINAL) == {"succeeded", "failed", "timed_out"}
+    assert set(rules.TERMINAL) == {"succeeded", "failed", "timed_out", "cancelled"}
     assert set(rules.ACTIVE) == {"queued", "running"}
 
 
