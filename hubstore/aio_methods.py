@@ -446,21 +446,27 @@ class AsyncOperations:
         )
 
     async def schedule_assign_retry(
-        self, job_id: str, reason: str = "manual", requested_by: str = "manual"
+        self,
+        job_id: str,
+        reason: str = "manual",
+        requested_by: str = "manual",
+        *,
+        force: bool = False,
     ) -> AssignJob:
         """Await :meth:`HubStore.schedule_assign_retry`: Re-queue a failed or timed-out job
         and dispatch it again.
         """
         return await self._call(
-            self._sync_ops().schedule_assign_retry, job_id, reason, requested_by
+            self._sync_ops().schedule_assign_retry, job_id, reason, requested_by, force=force
         )
 
     async def sweep_timed_out_assigns(self, now_ms: int | None = None) -> dict[str, int]:
         """Await :meth:`HubStore.sweep_timed_out_assigns`: Queued or running jobs whose
-        deadline is at or before ``now_ms`` time out, and are retried while retries remain.
-        As in the reference, one call takes at most SWEEP_BATCH (100) due jobs, the most
-        recently updated first; a job retried here is not swept again by the same call (the
-        due jobs are chosen once, up front).
+        deadline is at or before ``now_ms`` time out, and are retried while retries remain
+        (the retry's back-off and deadline counted from ``now_ms``). As in the reference,
+        one call takes at most SWEEP_BATCH (100) due jobs, the most recently updated first;
+        a job retried here is not swept again by the same call (the due jobs are chosen
+        once, up front).
         """
         return await self._call(self._sync_ops().sweep_timed_out_assigns, now_ms)
 
@@ -492,7 +498,7 @@ class AsyncOperations:
         """Await :meth:`HubStore.claim_next_assigns`: Up to ``limit`` of the worker's due
         queued jobs, now running, in one statement, in claim order (as ``claim_next_assign``
         would take them one by one). Two claimers never get the same job. An empty list when
-        none is queued.
+        none is queued. Stalled jobs are taken back first, as in ``claim_next_assign``.
         """
         return await self._call(self._sync_ops().claim_next_assigns, worker_agent, limit)
 
@@ -505,6 +511,45 @@ class AsyncOperations:
         own), in one transaction: every report, or (when one raises) none of them.
         """
         return await self._call(self._sync_ops().report_assign_results, reports, worker_agent)
+
+    async def touch_assign(
+        self, job_id: str, worker_agent: str, attempt: int, extend_ms: int | None = None
+    ) -> AssignJob:
+        """Await :meth:`HubStore.touch_assign`: The worker's heartbeat for a long job: its
+        deadline moved to now + ``extend_ms`` (default: the job's timeout_ms), so that it is
+        not timed out and taken back while its worker lives. Returns the job.
+        """
+        return await self._call(
+            self._sync_ops().touch_assign, job_id, worker_agent, attempt, extend_ms
+        )
+
+    async def finish_assign(
+        self,
+        job: AssignJob,
+        status: str,
+        result: Any = None,
+        error: Any = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> AssignOutcome:
+        """Await :meth:`HubStore.finish_assign`: A worker's report on the job it claimed
+        (``report_assign_result`` with the job's own worker and attempt, so both are always
+        checked): progress, a final result, or a failure that may be retried. A report on an
+        attempt that was since timed out and retried raises StaleAttempt; on a cancelled
+        job, AssignCancelled.
+        """
+        return await self._call(
+            self._sync_ops().finish_assign, job, status, result, error, metadata
+        )
+
+    async def cancel_assign(self, job_id: str, reason: str | None = None) -> AssignJob | None:
+        """Await :meth:`HubStore.cancel_assign`: Cancel a queued or running job: it becomes
+        ``cancelled`` (terminal: never claimed, retried or reported again; its worker's next
+        touch or report raises AssignCancelled), its error says so (with ``reason``), and
+        the supervisor gets the job's 'completed' event with status 'cancelled'. None for an
+        unknown job; a job cancelled already is returned as it is; IllegalTransition from
+        another end.
+        """
+        return await self._call(self._sync_ops().cancel_assign, job_id, reason)
 
     async def add_reflexion(
         self,

@@ -1,11 +1,11 @@
 """The assign-job state machine, pure: no I/O, no clock.
 
-    queued  -> running | succeeded | failed | timed_out
-    running -> running (progress) | succeeded | failed | timed_out
+    queued  -> running | succeeded | failed | timed_out | cancelled
+    running -> running (progress) | succeeded | failed | timed_out | cancelled
     failed, timed_out -> queued      (by a retry only)
     running -> queued                (by a put-back only: a claim whose waiter was
                                       cancelled before it got the job)
-    succeeded: final
+    succeeded, cancelled: final
 
 Every statement that moves a job takes its source statuses from this table
 (:func:`allowed_sources`), and its written values from :func:`next_values`,
@@ -24,14 +24,16 @@ from hubstore.errors import IllegalTransition, ValidationError, describe
 from hubstore.types import AssignEvent
 from hubstore.validation import clamp, counter, refuse_unknown
 
-TERMINAL = frozenset({"succeeded", "failed", "timed_out"})
+TERMINAL = frozenset({"succeeded", "failed", "timed_out", "cancelled"})
 
 TRANSITIONS: Mapping[str, frozenset[str]] = {
-    "queued": frozenset({"running", "succeeded", "failed", "timed_out"}),
-    "running": frozenset({"running", "succeeded", "failed", "timed_out", "queued"}),
+    "queued": frozenset({"running", "succeeded", "failed", "timed_out", "cancelled"}),
+    "running": frozenset({"running", "succeeded", "failed", "timed_out", "cancelled",
+                          "queued"}),
     "failed": frozenset({"queued"}),
     "timed_out": frozenset({"queued"}),
     "succeeded": frozenset(),
+    "cancelled": frozenset(),
 }
 #: Moves that only a retry may make.
 RETRY_ONLY = frozenset({("failed", "queued"), ("timed_out", "queued")})
@@ -44,6 +46,8 @@ MIN_TIMEOUT_MS = 1_000
 MAX_TIMEOUT_MS = 86_400_000
 DEFAULT_TIMEOUT_MS = 600_000
 TIMED_OUT_ERROR = {"message": "assign job timed out"}
+#: The error a cancelled job gets (with the reason, when one is given).
+CANCELLED_ERROR = {"message": "assign job cancelled"}
 
 
 class Move(Enum):

@@ -15,33 +15,37 @@ from hubstore import assign_rules as rules
 from hubstore.assign_rules import Move, check_transition, next_values, normalize_status
 from hubstore.errors import IllegalTransition, ValidationError
 
-STATES = ("queued", "running", "succeeded", "failed", "timed_out")
+STATES = ("queued", "running", "succeeded", "failed", "timed_out", "cancelled")
 
 # A = applied, N = no-op (repeating the terminal move), - = IllegalTransition.
-#                 to: queued running succeeded failed timed_out
+#                 to: queued running succeeded failed timed_out cancelled
 PLAIN_TABLE = {
-    "queued":    ("-",  "A",    "A",      "A",   "A"),
-    "running":   ("-",  "A",    "A",      "A",   "A"),
-    "succeeded": ("-",  "-",    "N",      "-",   "-"),
-    "failed":    ("-",  "-",    "-",      "N",   "-"),
-    "timed_out": ("-",  "-",    "-",      "-",   "N"),
+    "queued":    ("-",  "A",    "A",      "A",   "A",      "A"),
+    "running":   ("-",  "A",    "A",      "A",   "A",      "A"),
+    "succeeded": ("-",  "-",    "N",      "-",   "-",      "-"),
+    "failed":    ("-",  "-",    "-",      "N",   "-",      "-"),
+    "timed_out": ("-",  "-",    "-",      "-",   "N",      "-"),
+    "cancelled": ("-",  "-",    "-",      "-",   "-",      "N"),
 }
-# A retry may also re-queue a failed or timed-out job; nothing else changes.
+# A retry may also re-queue a failed or timed-out job (never a cancelled one); nothing
+# else changes.
 RETRY_TABLE = {
-    "queued":    ("-",  "A",    "A",      "A",   "A"),
-    "running":   ("-",  "A",    "A",      "A",   "A"),
-    "succeeded": ("-",  "-",    "N",      "-",   "-"),
-    "failed":    ("A",  "-",    "-",      "N",   "-"),
-    "timed_out": ("A",  "-",    "-",      "-",   "N"),
+    "queued":    ("-",  "A",    "A",      "A",   "A",      "A"),
+    "running":   ("-",  "A",    "A",      "A",   "A",      "A"),
+    "succeeded": ("-",  "-",    "N",      "-",   "-",      "-"),
+    "failed":    ("A",  "-",    "-",      "N",   "-",      "-"),
+    "timed_out": ("A",  "-",    "-",      "-",   "N",      "-"),
+    "cancelled": ("-",  "-",    "-",      "-",   "-",      "N"),
 }
 
 # A put-back (a claim whose waiter was cancelled) only moves a running job back to queued.
 PUT_BACK_TABLE = {
-    "queued":    ("-",  "A",    "A",      "A",   "A"),
-    "running":   ("A",  "A",    "A",      "A",   "A"),
-    "succeeded": ("-",  "-",    "N",      "-",   "-"),
-    "failed":    ("-",  "-",    "-",      "N",   "-"),
-    "timed_out": ("-",  "-",    "-",      "-",   "N"),
+    "queued":    ("-",  "A",    "A",      "A",   "A",      "A"),
+    "running":   ("A",  "A",    "A",      "A",   "A",      "A"),
+    "succeeded": ("-",  "-",    "N",      "-",   "-",      "-"),
+    "failed":    ("-",  "-",    "-",      "N",   "-",      "-"),
+    "timed_out": ("-",  "-",    "-",      "-",   "N",      "-"),
+    "cancelled": ("-",  "-",    "-",      "-",   "-",      "N"),
 }
 
 
@@ -63,9 +67,9 @@ def test_every_pair_of_states(via_retry: bool, table: Mapping[str, tuple[str, ..
             assert check_transition(src, dst, via_retry=via_retry) is want, label
 
 
-def test_the_tables_cover_all_25_pairs_once() -> None:
-    for table in (PLAIN_TABLE, RETRY_TABLE):
-        assert len(_cases(table)) == 25
+def test_the_tables_cover_all_36_pairs_once() -> None:
+    for table in (PLAIN_TABLE, RETRY_TABLE, PUT_BACK_TABLE):
+        assert len(_cases(table)) == 36
         assert set(table) == set(STATES)
 
 

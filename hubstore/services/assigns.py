@@ -267,13 +267,14 @@ def check_patch_values(patch: dict[str, Any]) -> None:
 
 
 def move(uow: Transaction, job: AssignJob, target: str, patch: dict[str, Any], *,
-         via_retry: bool = False) -> AssignJob:
-    """Move a locked job to ``target``; listeners hear of a status change after commit."""
+         via_retry: bool = False, now: int | None = None) -> AssignJob:
+    """Move a locked job to ``target`` at ``now`` (else the clock); listeners hear of a
+    status change after commit."""
     if rules.check_transition(job.status, target, via_retry=via_retry) is rules.Move.NOOP:
         return job
     before = snapshot(job)
     with computed_from(job):
-        values = rules.next_values(before, target, patch, now_ms())
+        values = rules.next_values(before, target, patch, now_ms() if now is None else now)
     changes = {key: value for key, value in values.items() if not _same(before[key], value)}
     changes.update(status=target, updated_at_ms=values["updated_at_ms"])
     updated = write_guarded(uow, job, changes)
@@ -282,12 +283,15 @@ def move(uow: Transaction, job: AssignJob, target: str, patch: dict[str, Any], *
     return updated
 
 
-def retry(uow: Transaction, job: AssignJob, patch: dict[str, Any]) -> AssignJob:
-    """Re-queue a locked failed or timed-out job for its next attempt."""
+def retry(uow: Transaction, job: AssignJob, patch: dict[str, Any], now: int | None = None
+          ) -> AssignJob:
+    """Re-queue a locked failed or timed-out job for its next attempt, at ``now`` (else
+    the clock: its back-off and deadline count from then)."""
     rules.check_transition(job.status, "queued", via_retry=True)
+    now = now_ms() if now is None else now
     with computed_from(job):
-        changes = rules.retry_patch(snapshot(job), patch, now_ms())
-    return move(uow, job, "queued", changes, via_retry=True)
+        changes = rules.retry_patch(snapshot(job), patch, now)
+    return move(uow, job, "queued", changes, via_retry=True, now=now)
 
 
 @contextlib.contextmanager
