@@ -20,7 +20,7 @@ from hubstore.models import (
     PipelineState,
     ReflexionEntry,
 )
-from hubstore.results import AssignOutcome, Lease
+from hubstore.results import AssignOutcome, AssignPage, Lease
 from hubstore.services.messages import DEFAULT_POLL
 from hubstore.services.reflexion import THIRTY_DAYS_MS
 from hubstore.services.retention import Progress
@@ -403,6 +403,36 @@ class AsyncOperations:
             correlation_id,
             active_before_ms,
             limit,
+        )
+
+    async def page_assigns(
+        self,
+        supervisor_agent: str | None = None,
+        worker_agent: str | None = None,
+        status: AssignStatus | None = None,
+        statuses: Sequence[AssignStatus] | None = None,
+        trace_id: str | None = None,
+        correlation_id: str | None = None,
+        active_before_ms: object = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> AssignPage:
+        """Await :meth:`HubStore.page_assigns`: A page of the jobs matching every given
+        filter (``list_assigns``'), most recently updated first: ``limit`` jobs
+        (1..MAX_PAGE) after the cursor ``after`` (None: from the newest), and the cursor of
+        the next page (None after the last).
+        """
+        return await self._call(
+            self._sync_ops().page_assigns,
+            supervisor_agent,
+            worker_agent,
+            status,
+            statuses,
+            trace_id,
+            correlation_id,
+            active_before_ms,
+            limit,
+            after,
         )
 
     async def retry_assign(self, job_id: str, **patch: Unpack[AssignPatch]) -> AssignJob | None:

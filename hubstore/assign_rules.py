@@ -300,6 +300,17 @@ def _civil_date(days: int) -> tuple[int, int, int]:
     return yoe + era * 400 + (month <= 2), month, doy - (153 * mp + 2) // 5 + 1
 
 
+def held_until(job: Mapping[str, Any], now: int) -> tuple[int, str] | None:
+    """Why a queued job is not claimed yet, by time: (when it becomes due, why: "back-off"
+    after a retry, else "scheduled"); None when it is not queued or is due now."""
+    not_before = job["not_before_ms"]
+    if job["status"] != CLAIMABLE or not_before is None or not_before <= now:
+        return None
+    retried = job["retry_count"] > 0 and job["last_retry_at_ms"] is not None \
+        and job["retry_backoff_ms"] > 0
+    return not_before, "back-off" if retried else "scheduled"
+
+
 def iso_timestamp(ms: int) -> str:
     """JavaScript's ``new Date(ms).toISOString()``, years outside 0..9999 written as it
     writes them (``+033658-09-27T01:46:40.000Z``)."""

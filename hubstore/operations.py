@@ -19,6 +19,7 @@ from hubstore.services import (
     agents,
     assign_control,
     assign_hub,
+    assign_listing,
     assigns,
     claims,
     dead_letters,
@@ -95,7 +96,8 @@ class HubOperations:
     create_assign = assigns.create_assign
     get_assign = assigns.get_assign
     update_assign_status = assigns.update_assign_status
-    list_assigns = assigns.list_assigns
+    list_assigns = assign_listing.list_assigns
+    page_assigns = assign_listing.page_assigns
     retry_assign = assigns.retry_assign
 
     # Assign jobs, hub rules
