@@ -29,6 +29,8 @@ from bench.statement_count import count_per_job
 from hubstore import HubStore
 
 CLAIM_TIMEOUT_S = 600
+#: A store whose next look for stalled jobs is due at this time never looks.
+NEVER = 2**62
 COUNTED_JOBS = 200
 
 
@@ -64,6 +66,8 @@ def claim_worker(index: int, url: str, ready: Any, start: Any, results: Any,
             job_ids = bare_claim_loop(url, connected)
         else:
             with HubStore.open(url) as store:
+                if lane == "no-rescue":  # the claim path as it was before issue 29
+                    store.db.rescue_at_ms = NEVER
                 store.get_hub_stats()  # connect before the start signal
                 connected()
                 job_ids = claim_loop(store)
@@ -152,8 +156,12 @@ def run_claim(args: argparse.Namespace, target: Target, log: Callable[[str], Non
     runs = []
     raw_runs = []
     bare_runs = []
+    unrescued = []
     for k in range(args.repeat):
         if k:
+            url = target.fresh()
+        if args.rescue_lane:  # alternating with hubstore's, each on an emptied database
+            unrescued.append(claim_once(args, url, log, lane="no-rescue"))
             url = target.fresh()
         runs.append(claim_once(args, url, log))
         if args.raw_driver:  # alternating with hubstore's runs, each on an emptied database
@@ -161,13 +169,14 @@ def run_claim(args: argparse.Namespace, target: Target, log: Callable[[str], Non
             bare_runs.append(claim_once(args, url, log, lane="bare"))
             url = target.fresh()  # (last: the per-job count below runs on hubstore's schema)
             raw_runs.append(claim_once(args, url, log, lane="raw"))
-    failed = [run for run in [*runs, *raw_runs, *bare_runs]
+    failed = [run for run in [*runs, *raw_runs, *bare_runs, *unrescued]
               if run["errors"] or not all(v for n, v in run["checks"].items()
                                           if n != "claimed_total")]
     shown = failed[0] if failed else runs[-1]
     errors = [f"run {k + 1}, {error}" for k, run in enumerate(runs) for error in run["errors"]]
     errors += [f"{label} run {k + 1}, {error}"
-               for label, lane in (("raw psycopg", raw_runs), ("bare queue", bare_runs))
+               for label, lane in (("raw psycopg", raw_runs), ("bare queue", bare_runs),
+                                   ("no rescue", unrescued))
                for k, run in enumerate(lane) for error in run["errors"]]
     ok = not failed
     checks = shown["checks"]
@@ -200,12 +209,18 @@ def run_claim(args: argparse.Namespace, target: Target, log: Callable[[str], Non
             "bare_queue_runs": bare_runs, "bare_jobs_per_s_spread": spread(bare_rates),
             "raw_share_of_bare": float(
                 f"{statistics.median(raw_rates) / statistics.median(bare_rates):.4g}")})
+    if unrescued:
+        plain = [run["jobs_per_s"] for run in unrescued]
+        payload.update({
+            "no_rescue_runs": unrescued, "no_rescue_jobs_per_s_spread": spread(plain),
+            "share_of_no_rescue": float(
+                f"{statistics.median(rates) / statistics.median(plain):.4g}")})
     rows = [[f"{label}run {k + 1}", f"{run['jobs_per_s']:,.1f}",
              " ".join(f"{n:,}" for n in run["per_process"]),
              "yes" if run["checks"]["claimed_once"] and run["checks"]["all_succeeded"]
              else "NO"]
             for label, lane in (("", runs), ("raw psycopg ", raw_runs),
-                                ("bare queue ", bare_runs))
+                                ("bare queue ", bare_runs), ("no rescue ", unrescued))
             for k, run in enumerate(lane)]
     table = format_table(["run", "jobs/s", "jobs per process", "each once"], rows)
     rate = spread(rates)
@@ -227,6 +242,12 @@ def run_claim(args: argparse.Namespace, target: Target, log: Callable[[str], Non
             f"bare queue (a key and one partial index, no triggers, no event), psycopg "
             f"alone: {bare_rate['median']:,.1f} jobs/s median (min {bare_rate['min']:,.1f}, "
             f"max {bare_rate['max']:,.1f}); raw/bare {payload['raw_share_of_bare']:.2f}")
+    if unrescued:
+        plain_rate = payload["no_rescue_jobs_per_s_spread"]
+        lines.append(
+            f"the claim path without its look for stalled jobs (as before issue 29): "
+            f"{plain_rate['median']:,.1f} jobs/s median (min {plain_rate['min']:,.1f}, max "
+            f"{plain_rate['max']:,.1f}); with/without {payload['share_of_no_rescue']:.3f}")
     if per_job:
         trips = per_job.get("round_trips")
         lines.append(f"per job: {per_job['statements']} statements"

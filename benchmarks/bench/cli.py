@@ -104,6 +104,10 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         "--claim", action="store_true", help="multi-process claim_next_assign benchmark"
     )
     parser.add_argument(
+        "--rescue-lane", action="store_true",
+        help="--claim: also the same runs with the claims' look for stalled jobs off (the "
+        "claim path before it had one), alternating with hubstore's")
+    parser.add_argument(
         "--peers", action="store_true",
         help="job queues side by side on one PostgreSQL server (--url): hubstore's assign "
         "jobs beside pgqueuer and procrastinate (pip install -e '.[bench-peers]'), each "
@@ -195,6 +199,8 @@ def parse_args(description: str, argv: Sequence[str] | None = None) -> argparse.
             parser.error(why)
     if args.hub and (args.agents < 1 or args.seconds < 1 or args.budget <= 0):
         parser.error("--agents, --seconds and --budget must be positive")
+    if args.rescue_lane and not args.claim:
+        parser.error("--rescue-lane goes with --claim")
     if args.raw_driver and args.scaling:
         parser.error("--raw-driver goes with the standard run, --hub or --claim")
     if args.raw_driver:
