@@ -1,4 +1,7 @@
-"""Human requests: the pending ones, oldest first, each answered by its kind.
+"""Human requests: the pending ones, the nearest deadline first, each answered by its kind.
+
+The list is not replaced while a person may be typing an answer: the live part says how
+many are pending and, when the set changed, links to the new list.
 
 Answers (the request's ``response``): approval ``{"approved": true|false}``; choice
 ``{"choice": <one of the schema's options>}``; text and captcha ``{"text": ...}``;
@@ -19,7 +22,15 @@ from starlette.routing import Route
 from hubstore.errors import HubStoreError
 from hubstore.ids import now_ms
 from hubstore.models import HumanRequest
-from hubstore.web.console import back, checked_form, console_of, failed, field, render
+from hubstore.web.console import (
+    back,
+    checked_form,
+    console_of,
+    dom_id,
+    failed,
+    field,
+    render,
+)
 
 log = logging.getLogger("hubstore.web")
 #: The schema keys that may hold a choice's options, in the order they are looked at.
@@ -45,8 +56,10 @@ def options(request: HumanRequest) -> list[str]:
 async def _context(request: Request) -> dict[str, Any]:
     pending = await console_of(request).store.get_pending_human_requests()
     pending.sort(key=lambda r: (r.deadline_ms, r.request_id))
+    digest = dom_id("\n".join(r.request_id for r in pending))
     return {"pending": pending, "options": {r.request_id: options(r) for r in pending},
-            "now": now_ms()}
+            "now": now_ms(), "digest": digest,
+            "changed": request.query_params.get("shown", digest) != digest}
 
 
 async def human_requests(request: Request) -> Response:
@@ -54,7 +67,7 @@ async def human_requests(request: Request) -> Response:
 
 
 async def human_requests_live(request: Request) -> Response:
-    return await render(request, "human_requests_live.html", await _context(request))
+    return await render(request, "human_requests_status.html", await _context(request))
 
 
 class _Refused(Exception):
