@@ -404,3 +404,14 @@ def test_importing_the_console_without_its_extra_names_the_extra() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert 'pip install "hubstore[web]"' in out
+
+
+def test_the_human_requests_status_says_when_the_list_changed(client: TestClient,
+                                                              store: HubStore) -> None:
+    store.insert_human_request("a", "text", "first?")
+    page = client.get("/human-requests").text
+    live = html.unescape(page.split('hx-get="', 2)[1].split('"')[0])  # the status's URL
+    assert "/live/human-requests?shown=" in live
+    assert "have changed" not in client.get(live).text
+    store.insert_human_request("a", "text", "second?")
+    assert "have changed" in client.get(live).text
