@@ -24,11 +24,11 @@ from hubstore.ids import now_ms
 from hubstore.reflexion import normalize_error
 from hubstore.web import create_app
 from hubstore.web.queries import (
-    _AGENTS_BY_STATUS,
-    _LATEST,
-    _PENDING,
+    AGENTS_BY_STATUS,
+    LATEST,
+    PENDING,
     JobFilters,
-    _finished_since,
+    finished_since,
     page_jobs,
     page_statement,
     snapshot,
@@ -328,7 +328,7 @@ def test_the_jobs_page_links_its_next_page(client: TestClient, store: HubStore) 
 
 
 def test_the_consoles_reads_use_indexes(store: HubStore, backend: str) -> None:
-    statements = [_AGENTS_BY_STATUS, _PENDING, _LATEST, _finished_since(0),
+    statements = [AGENTS_BY_STATUS, PENDING, LATEST, finished_since(0),
                   page_statement(JobFilters(), (5, "x"), 51),
                   page_statement(JobFilters(status="queued"), None, 51),
                   page_statement(JobFilters(worker_agent="w"), (5, "x"), 51),

@@ -69,12 +69,12 @@ def _latest(status: str) -> Select[Any]:
             .order_by(_jobs.c.updated_at_ms.desc()).limit(1))
 
 
-_AGENTS_BY_STATUS = select(_agents.c.status, func.count()).group_by(_agents.c.status)
-_PENDING = select(func.count()).select_from(_humans).where(_humans.c.state == "pending")
-_LATEST = union_all(*(_latest(s).subquery().select() for s in ASSIGN_STATUSES))
+AGENTS_BY_STATUS = select(_agents.c.status, func.count()).group_by(_agents.c.status)
+PENDING = select(func.count()).select_from(_humans).where(_humans.c.state == "pending")
+LATEST = union_all(*(_latest(s).subquery().select() for s in ASSIGN_STATUSES))
 
 
-def _finished_since(since: int) -> Select[Any]:
+def finished_since(since: int) -> Select[Any]:
     return (select(func.count()).select_from(_jobs)
             .where(_jobs.c.status.in_(TERMINAL), _jobs.c.updated_at_ms >= since))
 
@@ -82,10 +82,10 @@ def _finished_since(since: int) -> Select[Any]:
 def read_snapshot(uow: Transaction) -> Snapshot:
     """The :class:`Snapshot` in ``uow``."""
     figures = counts(uow)
-    agents = {str(s): int(n) for s, n in execute(uow, _AGENTS_BY_STATUS)}
-    pending = int(execute(uow, _PENDING).scalar_one())
-    finished = int(execute(uow, _finished_since(now_ms() - WINDOW_MS)).scalar_one())
-    latest = {str(s): (None if u is None else int(u)) for s, u in execute(uow, _LATEST)}
+    agents = {str(s): int(n) for s, n in execute(uow, AGENTS_BY_STATUS)}
+    pending = int(execute(uow, PENDING).scalar_one())
+    finished = int(execute(uow, finished_since(now_ms() - WINDOW_MS)).scalar_one())
+    latest = {str(s): (None if u is None else int(u)) for s, u in execute(uow, LATEST)}
     return Snapshot(figures, agents, pending, finished,
                     tuple((s, latest.get(s)) for s in ASSIGN_STATUSES))
 
