@@ -19,6 +19,7 @@ import uvicorn
 from playwright.sync_api import sync_playwright
 
 from hubstore import HubStore
+from hubstore.types import AgentCli
 from hubstore.web import create_app
 
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -26,7 +27,8 @@ ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-net
 
 
 def demo(store: HubStore) -> None:
-    for i, cli in enumerate(["codex", "claude", "gemini"]):
+    clis: list[AgentCli] = ["codex", "claude", "gemini"]
+    for i, cli in enumerate(clis):
         store.register_agent(f"worker-{i + 1}", cli, topics=["build", "review"])
     store.register_agent("lead", "claude", heartbeat_ttl_ms=1)
     for i in range(14):
