@@ -16,6 +16,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from hubstore.errors import (
+    AssignCancelled,
     AssignNotFound,
     DatabaseBusy,
     DatabaseUnavailable,
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
     from hubstore.ids import uuidv7
     from hubstore.results import AssignOutcome, Lease, LookupResult
     from hubstore.store import HubStore
+    from hubstore.types import AssignEvent
     from hubstore.uow import UnitOfWork
 
     #: The installed distribution's version (pyproject.toml's ``version``).
@@ -45,6 +47,7 @@ logging.getLogger("hubstore").addHandler(logging.NullHandler())
 
 #: The public names imported on first use: name -> the module that defines it.
 _LAZY = {
+    "AssignEvent": "hubstore.types",
     "AssignOutcome": "hubstore.results",
     "HubStore": "hubstore.store",
     "Lease": "hubstore.results",
@@ -80,6 +83,8 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "AssignCancelled",
+    "AssignEvent",
     "AssignNotFound",
     "AssignOutcome",
     "DatabaseBusy",

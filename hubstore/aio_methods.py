@@ -20,7 +20,7 @@ from hubstore.models import (
     PipelineState,
     ReflexionEntry,
 )
-from hubstore.results import AssignOutcome, Lease
+from hubstore.results import AssignOutcome, AssignPage, Lease
 from hubstore.services.messages import DEFAULT_POLL
 from hubstore.services.reflexion import THIRTY_DAYS_MS
 from hubstore.services.retention import Progress
@@ -419,6 +419,36 @@ class AsyncOperations:
             limit,
         )
 
+    async def page_assigns(
+        self,
+        supervisor_agent: str | None = None,
+        worker_agent: str | None = None,
+        status: AssignStatus | None = None,
+        statuses: Sequence[AssignStatus] | None = None,
+        trace_id: str | None = None,
+        correlation_id: str | None = None,
+        active_before_ms: object = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> AssignPage:
+        """Await :meth:`HubStore.page_assigns`: A page of the jobs matching every given
+        filter (``list_assigns``'), most recently updated first: ``limit`` jobs
+        (1..MAX_PAGE) after the cursor ``after`` (None: from the newest), and the cursor of
+        the next page (None after the last).
+        """
+        return await self._call(
+            self._sync_ops().page_assigns,
+            supervisor_agent,
+            worker_agent,
+            status,
+            statuses,
+            trace_id,
+            correlation_id,
+            active_before_ms,
+            limit,
+            after,
+        )
+
     async def retry_assign(self, job_id: str, **patch: Unpack[AssignPatch]) -> AssignJob | None:
         """Await :meth:`HubStore.retry_assign`: Re-queue a failed or timed-out job for its
         next attempt (no retry budget check).
@@ -460,21 +490,27 @@ class AsyncOperations:
         )
 
     async def schedule_assign_retry(
-        self, job_id: str, reason: str = "manual", requested_by: str = "manual"
+        self,
+        job_id: str,
+        reason: str = "manual",
+        requested_by: str = "manual",
+        *,
+        force: bool = False,
     ) -> AssignJob:
         """Await :meth:`HubStore.schedule_assign_retry`: Re-queue a failed or timed-out job
         and dispatch it again.
         """
         return await self._call(
-            self._sync_ops().schedule_assign_retry, job_id, reason, requested_by
+            self._sync_ops().schedule_assign_retry, job_id, reason, requested_by, force=force
         )
 
     async def sweep_timed_out_assigns(self, now_ms: int | None = None) -> dict[str, int]:
         """Await :meth:`HubStore.sweep_timed_out_assigns`: Queued or running jobs whose
-        deadline is at or before ``now_ms`` time out, and are retried while retries remain.
-        As in the reference, one call takes at most SWEEP_BATCH (100) due jobs, the most
-        recently updated first; a job retried here is not swept again by the same call (the
-        due jobs are chosen once, up front).
+        deadline is at or before ``now_ms`` time out, and are retried while retries remain
+        (the retry's back-off and deadline counted from ``now_ms``). As in the reference,
+        one call takes at most SWEEP_BATCH (100) due jobs, the most recently updated first;
+        a job retried here is not swept again by the same call (the due jobs are chosen
+        once, up front).
         """
         return await self._call(self._sync_ops().sweep_timed_out_assigns, now_ms)
 
@@ -506,7 +542,7 @@ class AsyncOperations:
         """Await :meth:`HubStore.claim_next_assigns`: Up to ``limit`` of the worker's due
         queued jobs, now running, in one statement, in claim order (as ``claim_next_assign``
         would take them one by one). Two claimers never get the same job. An empty list when
-        none is queued.
+        none is queued. Stalled jobs are taken back first, as in ``claim_next_assign``.
         """
         return await self._call(self._sync_ops().claim_next_assigns, worker_agent, limit)
 
@@ -519,6 +555,45 @@ class AsyncOperations:
         own), in one transaction: every report, or (when one raises) none of them.
         """
         return await self._call(self._sync_ops().report_assign_results, reports, worker_agent)
+
+    async def touch_assign(
+        self, job_id: str, worker_agent: str, attempt: int, extend_ms: int | None = None
+    ) -> AssignJob:
+        """Await :meth:`HubStore.touch_assign`: The worker's heartbeat for a long job: its
+        deadline moved to now + ``extend_ms`` (default: the job's timeout_ms), so that it is
+        not timed out and taken back while its worker lives. Returns the job.
+        """
+        return await self._call(
+            self._sync_ops().touch_assign, job_id, worker_agent, attempt, extend_ms
+        )
+
+    async def finish_assign(
+        self,
+        job: AssignJob,
+        status: str,
+        result: Any = None,
+        error: Any = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> AssignOutcome:
+        """Await :meth:`HubStore.finish_assign`: A worker's report on the job it claimed
+        (``report_assign_result`` with the job's own worker and attempt, so both are always
+        checked): progress, a final result, or a failure that may be retried. A report on an
+        attempt that was since timed out and retried raises StaleAttempt; on a cancelled
+        job, AssignCancelled.
+        """
+        return await self._call(
+            self._sync_ops().finish_assign, job, status, result, error, metadata
+        )
+
+    async def cancel_assign(self, job_id: str, reason: str | None = None) -> AssignJob | None:
+        """Await :meth:`HubStore.cancel_assign`: Cancel a queued or running job: it becomes
+        ``cancelled`` (terminal: never claimed, retried or reported again; its worker's next
+        touch or report raises AssignCancelled), its error says so (with ``reason``), and
+        the supervisor gets the job's 'completed' event with status 'cancelled'. None for an
+        unknown job; a job cancelled already is returned as it is; IllegalTransition from
+        another end.
+        """
+        return await self._call(self._sync_ops().cancel_assign, job_id, reason)
 
     async def add_reflexion(
         self,

@@ -587,6 +587,11 @@ class Scope(Protocol):
         """The dialect's SQL component (to choose a unit of work before opening it)."""
         ...
 
+    @property
+    def db(self) -> Database:
+        """The store's shared state (its throttles, to decide before opening)."""
+        ...
+
     def unit_of_work(self, write: bool = True) -> AbstractContextManager[Transaction]:
         """A unit of work (``write`` takes SQLite's write lock up front)."""
         ...

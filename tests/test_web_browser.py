@@ -137,7 +137,7 @@ def test_retry_and_cancel_from_the_page(page: Any, console: str, store: HubStore
     page.goto(f"{console}/job?id={queued.job_id}")
     page.get_by_role("button", name="Cancel").click()
     page.wait_for_selector("text=cancelled")
-    assert present(store.get_assign(queued.job_id)).status == "failed"
+    assert present(store.get_assign(queued.job_id)).status == "cancelled"
 
 
 def test_an_action_without_the_token_is_refused(page: Any, console: str,

@@ -53,7 +53,8 @@ def raw_claim_loop(url: str, connected: Callable[[], None]) -> list[str]:
     An anchor: about the most any Python client could do with these statements."""
     import psycopg
 
-    from hubstore.services.assign_hub import CLAIM, finish_with_event
+    from hubstore.services.assign_hub import finish_with_event
+    from hubstore.services.claims import CLAIM
 
     dialect = create_engine(url).dialect  # the URL's own (psycopg), as hubstore compiles
     claim_sql, _, claim_bound = driver_statement(CLAIM, dialect)

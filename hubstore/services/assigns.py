@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any, Unpack
 
 from sqlalchemy import (
@@ -34,16 +34,14 @@ from sqlalchemy import (
 
 from hubstore import assign_rules as rules
 from hubstore.dialects import SqlDialect
-from hubstore.errors import HubStoreError, ValidationError
-from hubstore.execution import Prepared, execute, from_row
+from hubstore.errors import HubStoreError
+from hubstore.execution import Prepared, from_row
 from hubstore.ids import now_ms, uuidv7
 from hubstore.models import ASSIGN_STATUSES, AssignJob, table_of
 from hubstore.services.base import const
 from hubstore.transaction import Scope, Transaction
 from hubstore.types import AssignPatch, AssignStatus
 from hubstore.validation import (
-    INT64_MAX,
-    INT64_MIN,
     as_number,
     clamp,
     counter,
@@ -51,7 +49,6 @@ from hubstore.validation import (
     lookup_key,
     optional_id,
     optional_int,
-    optional_lookup,
     require_duration,
     require_enum,
     require_id,
@@ -267,13 +264,14 @@ def check_patch_values(patch: dict[str, Any]) -> None:
 
 
 def move(uow: Transaction, job: AssignJob, target: str, patch: dict[str, Any], *,
-         via_retry: bool = False) -> AssignJob:
-    """Move a locked job to ``target``; listeners hear of a status change after commit."""
+         via_retry: bool = False, now: int | None = None) -> AssignJob:
+    """Move a locked job to ``target`` at ``now`` (else the clock); listeners hear of a
+    status change after commit."""
     if rules.check_transition(job.status, target, via_retry=via_retry) is rules.Move.NOOP:
         return job
     before = snapshot(job)
     with computed_from(job):
-        values = rules.next_values(before, target, patch, now_ms())
+        values = rules.next_values(before, target, patch, now_ms() if now is None else now)
     changes = {key: value for key, value in values.items() if not _same(before[key], value)}
     changes.update(status=target, updated_at_ms=values["updated_at_ms"])
     updated = write_guarded(uow, job, changes)
@@ -282,12 +280,15 @@ def move(uow: Transaction, job: AssignJob, target: str, patch: dict[str, Any], *
     return updated
 
 
-def retry(uow: Transaction, job: AssignJob, patch: dict[str, Any]) -> AssignJob:
-    """Re-queue a locked failed or timed-out job for its next attempt."""
+def retry(uow: Transaction, job: AssignJob, patch: dict[str, Any], now: int | None = None
+          ) -> AssignJob:
+    """Re-queue a locked failed or timed-out job for its next attempt, at ``now`` (else
+    the clock: its back-off and deadline count from then)."""
     rules.check_transition(job.status, "queued", via_retry=True)
+    now = now_ms() if now is None else now
     with computed_from(job):
-        changes = rules.retry_patch(snapshot(job), patch, now_ms())
-    return move(uow, job, "queued", changes, via_retry=True)
+        changes = rules.retry_patch(snapshot(job), patch, now)
+    return move(uow, job, "queued", changes, via_retry=True, now=now)
 
 
 @contextlib.contextmanager
@@ -424,46 +425,6 @@ def update_assign_status(scope: Scope, job_id: str, status: AssignStatus,
     with scope.unit_of_work() as uow:
         job = lock_job(uow, job_id)
         return None if job is None else move(uow, job, status, changes)
-
-
-def list_assigns(scope: Scope, supervisor_agent: str | None = None,
-                 worker_agent: str | None = None, status: AssignStatus | None = None,
-                 statuses: Sequence[AssignStatus] | None = None,
-                 trace_id: str | None = None,
-                 correlation_id: str | None = None, active_before_ms: object = None,
-                 limit: object = 50) -> list[AssignJob]:
-    """Jobs matching every given filter, most recently updated first (1..100)."""
-    for name, value in (("supervisor_agent", supervisor_agent),
-                        ("worker_agent", worker_agent), ("trace_id", trace_id),
-                        ("correlation_id", correlation_id)):
-        optional_lookup(value, name)
-    if statuses and (isinstance(statuses, str | bytes)
-                     or not isinstance(statuses, Sequence | set | frozenset)):
-        raise ValidationError(
-            f"statuses must be a list of statuses, got {type(statuses).__name__}")
-    given: object = status
-    if given is not None and given != "":
-        require_enum(given, ASSIGN_STATUSES, "status")  # checked even beside statuses
-    wanted = list(statuses) if statuses else ([status] if status else [])
-    for item in wanted:
-        require_enum(item, ASSIGN_STATUSES, "status")
-    c = _jobs.c
-    stmt = select(_jobs)
-    for column, value in ((c.supervisor_agent, supervisor_agent),
-                          (c.worker_agent, worker_agent), (c.trace_id, trace_id),
-                          (c.correlation_id, correlation_id)):
-        if value:
-            stmt = stmt.where(column == value)
-    if wanted:
-        stmt = stmt.where(c.status.in_(wanted))
-    before = as_number(active_before_ms) if active_before_ms is not None else None
-    if before is not None:
-        bound = max(INT64_MIN, min(int(before), INT64_MAX))  # the same rows
-        stmt = stmt.where(c.deadline_ms.is_not(None), c.deadline_ms <= bound)
-    stmt = stmt.order_by(c.updated_at_ms.desc(), c.job_id.desc())
-    stmt = stmt.limit(clamp(limit, 50, 1, 100))
-    with scope.unit_of_work(write=False) as uow:
-        return [from_row(AssignJob, row) for row in execute(uow, stmt).mappings()]
 
 
 def retry_assign(scope: Scope, job_id: str, **patch: Unpack[AssignPatch]) -> AssignJob | None:

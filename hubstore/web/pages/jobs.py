@@ -115,9 +115,7 @@ async def cancel(request: Request) -> Response:
     reason = field(form, "reason").strip() or "cancelled from the console"
     store = console_of(request).store
     try:
-        done = await store.update_assign_status(
-            job_id, "failed", error={"cancelled": True, "reason": reason,
-                                     "by": REQUESTED_BY})
+        done = await store.cancel_assign(job_id, reason)
     except HubStoreError as exc:
         return await failed(request, exc)
     if done is None:
