@@ -313,6 +313,20 @@ class AsyncOperations:
         """Await :meth:`HubStore.get_dead_letters`: Dead letters, newest first."""
         return await self._call(self._sync_ops().get_dead_letters, limit)
 
+    async def requeue_dead_letter(self, message_id: str) -> bool:
+        """Await :meth:`HubStore.requeue_dead_letter`: Put a dead letter's message back to
+        queued, with a fresh expiry (now plus its ``ttl_ms``, so the next expiry sweep does
+        not take it straight back), and remove the dead letter. True when there was a dead
+        letter; a message without one is untouched.
+        """
+        return await self._call(self._sync_ops().requeue_dead_letter, message_id)
+
+    async def discard_dead_letter(self, message_id: str) -> bool:
+        """Await :meth:`HubStore.discard_dead_letter`: Remove a dead letter; its message
+        stays, with status dead_letter (until pruned). True when there was one.
+        """
+        return await self._call(self._sync_ops().discard_dead_letter, message_id)
+
     async def create_assign(
         self,
         supervisor_agent: str,

@@ -91,6 +91,8 @@ class HubOperations:
     # Dead letters
     move_to_dead_letter = dead_letters.move_to_dead_letter
     get_dead_letters = dead_letters.get_dead_letters
+    requeue_dead_letter = dead_letters.requeue_dead_letter
+    discard_dead_letter = dead_letters.discard_dead_letter
 
     # Assign jobs, store level
     create_assign = assigns.create_assign

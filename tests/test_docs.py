@@ -43,7 +43,7 @@ STORE_METHODS = {
     "get_audit_messages_for_agent", "deliver_to_agent", "deliver_to_topic", "ack_messages",
     "insert_human_request", "get_human_request", "update_human_request",
     "get_pending_human_requests", "expire_human_requests",
-    "move_to_dead_letter", "get_dead_letters",
+    "move_to_dead_letter", "get_dead_letters", "requeue_dead_letter", "discard_dead_letter",
     "create_assign", "get_assign", "update_assign_status", "list_assigns", "retry_assign",
     "assign_async", "report_assign_result", "schedule_assign_retry", "next_due_ms",
     "assign_many", "claim_next_assigns", "report_assign_results", "wait_for_assigns",

@@ -269,6 +269,8 @@ METHODS: dict[str, dict[str, str]] = {
     "move_to_dead_letter": {"message_id": "message", "reason": "text",
                             "last_error": "opt_text"},
     "get_dead_letters": {"limit": "limit"},
+    "requeue_dead_letter": {"message_id": "message"},
+    "discard_dead_letter": {"message_id": "message"},
     "create_assign": {"supervisor_agent": "agent", "worker_agent": "agent", "topic": "topic",
                       "task": "text", "payload": "json", "status": "assign_status",
                       "attempt": "count", "retry_count": "count", "max_retries": "count",
