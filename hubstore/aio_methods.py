@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, Unpack
 from hubstore.models import (
     Agent,
     AssignJob,
+    AssignLimit,
     DeadLetter,
     HumanRequest,
     Message,
@@ -350,6 +351,8 @@ class AsyncOperations:
         job_id: str | None = None,
         not_before_ms: int | None = None,
         retry_backoff_ms: int = 0,
+        limit_key: str | None = None,
+        unique_key: str | None = None,
     ) -> AssignJob:
         """Await :meth:`HubStore.create_assign`: A new job. Priority, timeout and ttl are
         clamped, as in the reference (JavaScript's Number() reads them: a non-number falls
@@ -378,6 +381,8 @@ class AsyncOperations:
             job_id,
             not_before_ms,
             retry_backoff_ms,
+            limit_key,
+            unique_key,
         )
 
     async def get_assign(self, job_id: str) -> AssignJob | None:
@@ -594,6 +599,38 @@ class AsyncOperations:
         another end.
         """
         return await self._call(self._sync_ops().cancel_assign, job_id, reason)
+
+    async def set_assign_limit(
+        self,
+        key: str,
+        max_running: int | None = None,
+        max_starts: int | None = None,
+        per_ms: int | None = None,
+    ) -> AssignLimit:
+        """Await :meth:`HubStore.set_assign_limit`: Set (or replace) the limit of ``key``:
+        at most ``max_running`` of its jobs running at once, at most ``max_starts`` started
+        in any ``per_ms`` milliseconds (None: no such bound; a limit has at least one). Jobs
+        name their key when queued (``limit_key=``). Returns the limit, with its key's
+        running count and recent starts counted anew. Waiting claimers whose jobs it held
+        look again.
+        """
+        return await self._call(
+            self._sync_ops().set_assign_limit, key, max_running, max_starts, per_ms
+        )
+
+    async def get_assign_limits(self) -> dict[str, AssignLimit]:
+        """Await :meth:`HubStore.get_assign_limits`: Every limit by its key (in key order),
+        each with its key's running count and start times as they are now
+        (``limit.recent_starts(now)``, ``limit.to_dict()``).
+        """
+        return await self._call(self._sync_ops().get_assign_limits)
+
+    async def remove_assign_limit(self, key: str) -> bool:
+        """Await :meth:`HubStore.remove_assign_limit`: Remove the limit of ``key`` (its jobs
+        run unbounded from now on); True when there was one. Waiting claimers whose jobs it
+        held look again.
+        """
+        return await self._call(self._sync_ops().remove_assign_limit, key)
 
     async def add_reflexion(
         self,

@@ -24,6 +24,7 @@ from hubstore.services import (
     claims,
     dead_letters,
     human_requests,
+    limits,
     messages,
     pipelines,
     reflexion,
@@ -115,6 +116,11 @@ class HubOperations:
     touch_assign = assign_control.touch_assign
     finish_assign = assign_control.finish_assign
     cancel_assign = assign_control.cancel_assign
+
+    # Assign limits (provider quotas)
+    set_assign_limit = limits.set_assign_limit
+    get_assign_limits = limits.get_assign_limits
+    remove_assign_limit = limits.remove_assign_limit
 
     # Reflexion
     add_reflexion = reflexion.add_reflexion

@@ -54,10 +54,11 @@ def raw_claim_loop(url: str, connected: Callable[[], None]) -> list[str]:
     import psycopg
 
     from hubstore.services.assign_hub import finish_with_event
-    from hubstore.services.claims import CLAIM
+    from hubstore.services.claims import claim_statement
 
     dialect = create_engine(url).dialect  # the URL's own (psycopg), as hubstore compiles
-    claim_sql, _, claim_bound = driver_statement(CLAIM, dialect)
+    claim_sql, _, claim_bound = driver_statement(claim_statement(dialect_for("postgresql")),
+                                                 dialect)
     finish_sql, _, finish_bound = driver_statement(
         finish_with_event(dialect_for("postgresql"), False), dialect)
     names = list(table_of(AssignJob).c.keys())
@@ -68,7 +69,8 @@ def raw_claim_loop(url: str, connected: Callable[[], None]) -> list[str]:
         connected()
         while True:
             row = conn.execute(claim_sql, {**claim_bound, "p_worker": CLAIM_WORKER,
-                                           "p_now": now_ms()}, prepare=True).fetchone()
+                                           "p_now": now_ms(), "p_limit": 1},
+                               prepare=True).fetchone()
             if row is None:
                 return job_ids
             finished = conn.execute(finish_sql, {
