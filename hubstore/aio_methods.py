@@ -15,6 +15,7 @@ from hubstore.models import (
     Agent,
     AssignJob,
     AssignLimit,
+    AssignSchedule,
     DeadLetter,
     HumanRequest,
     Message,
@@ -632,6 +633,53 @@ class AsyncOperations:
         """
         return await self._call(self._sync_ops().remove_assign_limit, key)
 
+    async def set_assign_schedule(
+        self,
+        name: str,
+        supervisor_agent: str,
+        worker_agent: str,
+        *,
+        cron: str | None = None,
+        every_ms: int | None = None,
+        **job: Any,
+    ) -> AssignSchedule:
+        """Await :meth:`HubStore.set_assign_schedule`: Queue an assign from
+        ``supervisor_agent`` to ``worker_agent`` at every tick of ``cron`` (a cron
+        expression, UTC) or every ``every_ms`` milliseconds (exactly one of the two);
+        ``job`` holds assign_async's keyword arguments for each job (task, payload,
+        priority, max_retries, timeout_ms, limit_key, unique_key, ...). Replaces the
+        schedule of that name; its next tick is the first after now.
+        """
+        return await self._call(
+            self._sync_ops().set_assign_schedule,
+            name,
+            supervisor_agent,
+            worker_agent,
+            cron=cron,
+            every_ms=every_ms,
+            **job,
+        )
+
+    async def get_assign_schedules(self) -> dict[str, AssignSchedule]:
+        """Await :meth:`HubStore.get_assign_schedules`: Every schedule by its name (in name
+        order).
+        """
+        return await self._call(self._sync_ops().get_assign_schedules)
+
+    async def remove_assign_schedule(self, name: str) -> bool:
+        """Await :meth:`HubStore.remove_assign_schedule`: Remove the schedule ``name`` (jobs
+        it queued stay); True when there was one.
+        """
+        return await self._call(self._sync_ops().remove_assign_schedule, name)
+
+    async def run_due_schedules(self, now_ms: int | None = None) -> list[AssignJob]:
+        """Await :meth:`HubStore.run_due_schedules`: Queue the job of every schedule whose
+        tick has come (at most RUN_BATCH), once per tick whatever the number of processes
+        doing it; the jobs queued. Ticks missed while nothing ran are one job, for the
+        latest of them.
+        """
+        return await self._call(self._sync_ops().run_due_schedules, now_ms)
+
     async def add_reflexion(
         self,
         error_pattern: str,
@@ -762,9 +810,11 @@ class AsyncOperations:
         """
         return await self._call(self._sync_ops().get_delivery_stats, now_ms)
 
-    async def get_hub_stats(self) -> dict[str, int]:
+    async def get_hub_stats(self) -> dict[str, Any]:
         """Await :meth:`HubStore.get_hub_stats`: Online agents, messages, active assign jobs
-        and the queue depths.
+        and the queue depths (the reference's figures); where assign limits exist, also
+        ``assign_limits``: each key's limit, its running jobs and its starts in the last
+        window (``AssignLimit.to_dict()`` but the key).
         """
         return await self._call(self._sync_ops().get_hub_stats)
 

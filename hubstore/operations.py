@@ -29,6 +29,7 @@ from hubstore.services import (
     pipelines,
     reflexion,
     retention,
+    schedules,
     stats,
     timeouts,
 )
@@ -121,6 +122,12 @@ class HubOperations:
     set_assign_limit = limits.set_assign_limit
     get_assign_limits = limits.get_assign_limits
     remove_assign_limit = limits.remove_assign_limit
+
+    # Periodic jobs
+    set_assign_schedule = schedules.set_assign_schedule
+    get_assign_schedules = schedules.get_assign_schedules
+    remove_assign_schedule = schedules.remove_assign_schedule
+    run_due_schedules = schedules.run_due_schedules
 
     # Reflexion
     add_reflexion = reflexion.add_reflexion

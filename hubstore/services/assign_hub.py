@@ -400,12 +400,12 @@ def assign_async(scope: Scope, supervisor_agent: str, worker_agent: str, **field
     ``fields`` are create_assign's keyword arguments; an unknown one is a
     ValidationError (nothing is written). With a ``unique_key`` that a queued or running
     job holds, nothing is written and that job is returned (``job.deduplicated``)."""
-    _check_fields(fields)
-    [job] = _assign(scope, [new_job(supervisor_agent, worker_agent, **fields)])
+    check_fields(fields)
+    [job] = assign_rows(scope, [new_job(supervisor_agent, worker_agent, **fields)])
     return job
 
 
-def _assign(scope: Scope, make_rows: Sequence[Callable[[int], dict[str, Any]]]
+def assign_rows(scope: Scope, make_rows: Sequence[Callable[[int], dict[str, Any]]]
             ) -> list[AssignJob]:
     """Write each job (made by ``make_rows``) and its dispatch, in one transaction; one
     statement where the dialect writes both at once and no job has a unique key (the
@@ -535,8 +535,9 @@ def assign_many(scope: Scope, supervisor_agent: str, worker_agent: str,
     message, or none of them (a bad one is refused before anything is written)."""
     items = _batch_items(jobs, "jobs")
     for item in items:
-        _check_fields(item)
-    return _assign(scope, [new_job(supervisor_agent, worker_agent, **item) for item in items])
+        check_fields(item)
+    return assign_rows(scope,
+                       [new_job(supervisor_agent, worker_agent, **item) for item in items])
 
 
 def report_assign_results(scope: Scope, reports: Sequence[Mapping[str, Any]],
@@ -595,5 +596,6 @@ def _batch_items(items: object, what: str) -> list[dict[str, Any]]:
     return [dict(item) for item in items]
 
 
-def _check_fields(fields: Mapping[str, Any]) -> None:
-    refuse_unknown(fields, CREATE_FIELDS, "assign_async")
+def check_fields(fields: Mapping[str, Any], what: str = "assign_async") -> None:
+    """Refuse keyword arguments create_assign does not take (ValidationError)."""
+    refuse_unknown(fields, CREATE_FIELDS, what)

@@ -11,14 +11,15 @@ gives are merged, so no listing reads the whole table.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import ColumnElement, and_, or_, select, union_all
 
+from hubstore import assign_rules as rules
 from hubstore.errors import ValidationError, describe
 from hubstore.execution import execute, from_row
-from hubstore.models import ASSIGN_STATUSES, AssignJob, table_of
+from hubstore.models import ASSIGN_STATUSES, AssignJob, AssignLimit, table_of
 from hubstore.results import AssignPage
 from hubstore.services.base import const
 from hubstore.transaction import Scope
@@ -136,3 +137,26 @@ def page_assigns(scope: Scope, supervisor_agent: str | None = None,
         rows = [from_row(AssignJob, row) for row in execute(uow, query).mappings()]
     jobs = rows[:size]
     return AssignPage(jobs, page_cursor(jobs[-1]) if len(rows) > size else None)
+
+
+def waiting_reason(job: Mapping[str, Any], limits: Mapping[str, AssignLimit], now: int
+                   ) -> tuple[int | None, str]:
+    """Why a queued job (its attribute-keyed values) is not claimed yet, for people: when
+    it becomes due (None: it is due) and why ("scheduled", "back-off after retry N", or
+    the limit that holds it: "limit codex: 2/2 running", "limit gemini: 60/60 starts
+    in 1m"); (None, "") for a job that is not queued, or is due with room."""
+    held = rules.held_until(job, now)
+    if held is not None:
+        at, why = held
+        return at, (f"back-off after retry {job['retry_count']}" if why == "back-off"
+                    else "scheduled")
+    limit = limits.get(job["limit_key"] or "") if job["status"] == rules.CLAIMABLE else None
+    if limit is None:
+        return None, ""
+    if limit.max_running is not None and limit.running >= limit.max_running:
+        return None, f"limit {limit.key}: {limit.running}/{limit.max_running} running"
+    recent = limit.recent_starts(now)
+    if limit.max_starts is not None and recent >= limit.max_starts:
+        window = rules.duration_text(limit.per_ms or 0)
+        return None, f"limit {limit.key}: {recent}/{limit.max_starts} starts in {window}"
+    return None, ""

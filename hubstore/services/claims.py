@@ -129,6 +129,24 @@ def _claim(scope: Scope, worker_agent: str, limit: int | None) -> list[AssignJob
         return _claimed(uow, worker_agent, limit, now)
 
 
+#: A due job of the worker that no full limit holds: where claimers run side by side,
+#: a claim can find nothing while one is there (it lost a key's last room to another
+#: claimer after picking its jobs), and a waiter then claims again at once.
+_CLAIMABLE = Prepared(
+    select(_c.job_id)
+    .where(_c.worker_agent == bindparam("p_worker"), _c.status == const(rules.CLAIMABLE),
+           _DUE, or_(_c.limit_key.is_(None),
+                     _c.limit_key.not_in(bindparam("p_full", expanding=True))))
+    .limit(1))
+
+
+def claimable(scope: Scope, worker_agent: str, full: list[str]) -> bool:
+    """Whether the worker has a due queued job whose key is not one of ``full``."""
+    with scope.one_read() as uow:
+        return _CLAIMABLE.first(uow, {"p_worker": worker_agent, "p_now": now_ms(),
+                                      "p_full": full}) is not None
+
+
 def claim_next_assign(scope: Scope, worker_agent: str) -> AssignJob | None:
     """The worker's highest-priority, then oldest, queued job that is due (its
     not_before_ms passed, if it has one), now running.

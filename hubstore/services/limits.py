@@ -125,3 +125,22 @@ def remove_assign_limit(scope: Scope, key: str) -> bool:
         if removed:
             _wake_waiters(uow, key)
         return removed
+
+
+def full_limits(uow: Transaction, now: int) -> tuple[list[str], int | None]:
+    """The keys of the limits with no room at ``now`` (a claim would skip their jobs),
+    and when the first of them that a rate holds has room again (None: none does; room
+    under max_running comes back when a job ends, which wakes waiters itself)."""
+    full: list[str] = []
+    reopen: list[int] = []
+    for key, limit in get_assign_limits(uow).items():
+        running_full = limit.max_running is not None and limit.running >= limit.max_running
+        recent = sorted(at for at in limit.starts or [] if isinstance(at, int)
+                        and limit.per_ms is not None and at > now - limit.per_ms)
+        rate_full = limit.max_starts is not None and len(recent) >= limit.max_starts
+        if running_full or rate_full:
+            full.append(key)
+        if rate_full and limit.max_starts is not None and limit.per_ms is not None:
+            # room when all but max_starts - 1 of the recent starts have left the window
+            reopen.append(recent[len(recent) - limit.max_starts] + limit.per_ms)
+    return full, min(reopen) if reopen else None
