@@ -433,7 +433,7 @@ class AsyncOperations:
         statuses: Sequence[AssignStatus] | None = None,
         trace_id: str | None = None,
         correlation_id: str | None = None,
-        active_before_ms: object = None,
+        active_before_ms: int | None = None,
         limit: int = 50,
         after: str | None = None,
     ) -> AssignPage:

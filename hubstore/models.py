@@ -310,6 +310,9 @@ class AssignLimit(Base):
     #: ``max_starts`` newest; on SQLite those of the last two windows.
     starts: Mapped[Any] = mapped_column("starts_json", JSONText("[]"),
                                         server_default=text("'[]'"))
+    #: When one of the key's jobs last stopped running: a job started in the room it
+    #: left is stamped no earlier (services/claims.py).
+    released_at_ms: Mapped[int | None] = mapped_column(Millis)
     created_at_ms: Mapped[int] = mapped_column(Millis)
     updated_at_ms: Mapped[int] = mapped_column(Millis)
 

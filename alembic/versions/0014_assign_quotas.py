@@ -6,10 +6,13 @@
   becomes running counts +1 and records its start (its updated_at_ms); one that stops
   running counts -1 (and, on PostgreSQL, sends ``pg_notify('hubstore_assigns',
   'l' || md5(key))`` so that waiting claimers whose jobs the limit held look again).
-  Claims read the key's row to decide (services/claims.py). PostgreSQL keeps the start
-  times sorted, the ``max_starts`` newest (a claim reads the one that decides by its
-  place, under the row's lock); SQLite keeps those of the last two windows (its claims
-  run under the database write lock and count them).
+  Claims read the key's row to decide (services/claims.py). ``released_at_ms`` is the
+  latest time one of the key's jobs stopped running: a job started in the room it left
+  is stamped no earlier (its started_at_ms and updated_at_ms), so the stamps show no
+  more than max_running running at any instant, in the order the database decided.
+  PostgreSQL keeps the start times sorted, the ``max_starts`` newest (a claim reads the
+  one that decides by its place, under the row's lock); SQLite keeps those of the last
+  two windows (its claims run under the database write lock and count them).
 - ``assign_jobs.limit_key`` and ``assign_jobs.unique_key`` (NULL for the reference's
   rows and writes: it names its columns): the job's quota, and a key that no other
   queued or running job holds (a partial unique index, ``ux_assign_jobs_unique_key``).
@@ -54,7 +57,8 @@ def _json() -> sa.types.TypeEngine[Any]:
 #: key loses it unless the new row is running under the same key, and the other way.
 _WAS_RUNNING = "OLD.status = 'running' AND OLD.limit_key IS NOT NULL"
 _IS_RUNNING = "NEW.status = 'running' AND NEW.limit_key IS NOT NULL"
-_SQLITE_RELEASE = """UPDATE assign_limits SET running = running - 1
+_SQLITE_RELEASE = """UPDATE assign_limits SET running = running - 1,
+       released_at_ms = max(coalesce(released_at_ms, {at}), {at})
      WHERE key = OLD.limit_key AND {when};"""
 _SQLITE_TAKE = """UPDATE assign_limits SET running = running + 1,
        starts_json = CASE WHEN per_ms IS NULL THEN '[]' ELSE (
@@ -68,12 +72,12 @@ SQLITE_TRIGGERS = {
         {_SQLITE_TAKE.format(when="1")}
     END""",
     "trg_assign_limits_delete": f"""AFTER DELETE ON assign_jobs WHEN {_WAS_RUNNING} BEGIN
-        {_SQLITE_RELEASE.format(when="1")}
+        {_SQLITE_RELEASE.format(when="1", at="OLD.updated_at_ms")}
     END""",
     "trg_assign_limits_update": f"""AFTER UPDATE OF status, limit_key ON assign_jobs
     WHEN ({_WAS_RUNNING}) OR ({_IS_RUNNING}) BEGIN
-        {_SQLITE_RELEASE.format(when=f"{_WAS_RUNNING} AND NOT ({_IS_RUNNING} AND "
-                                     "NEW.limit_key = OLD.limit_key)")}
+        {_SQLITE_RELEASE.format(at="NEW.updated_at_ms", when=(
+            f"{_WAS_RUNNING} AND NOT ({_IS_RUNNING} AND NEW.limit_key = OLD.limit_key)"))}
         {_SQLITE_TAKE.format(when=f"{_IS_RUNNING} AND NOT ({_WAS_RUNNING} AND "
                                   "NEW.limit_key = OLD.limit_key)")}
     END""",
@@ -90,7 +94,10 @@ BEGIN
         RETURN NULL;  -- still running under the same key (a progress report)
     END IF;
     IF was THEN
-        UPDATE assign_limits SET running = running - 1 WHERE key = OLD.limit_key;
+        UPDATE assign_limits SET running = running - 1,
+               released_at_ms = greatest(released_at_ms, CASE TG_OP WHEN 'DELETE'
+                                         THEN OLD.updated_at_ms ELSE NEW.updated_at_ms END)
+         WHERE key = OLD.limit_key;
         IF FOUND THEN
             PERFORM pg_notify('hubstore_assigns', 'l' || md5(OLD.limit_key));
         END IF;
@@ -135,6 +142,7 @@ def upgrade() -> None:
         sa.Column("per_ms", sa.BigInteger(), nullable=True),
         sa.Column("running", sa.BigInteger(), server_default=sa.text("0"), nullable=False),
         sa.Column("starts_json", _json(), server_default=sa.text("'[]'"), nullable=False),
+        sa.Column("released_at_ms", sa.BigInteger(), nullable=True),
         sa.Column("created_at_ms", sa.BigInteger(), nullable=False),
         sa.Column("updated_at_ms", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("key", name=op.f("pk_assign_limits")),

@@ -118,6 +118,11 @@ class SqlDialect(ABC):
                ) -> ColumnElement[Any]:
         """The lesser of two numbers, NULL counting as no bound (NULL when both are)."""
 
+    @abstractmethod
+    def greater(self, first: ColumnElement[Any], second: ColumnElement[Any]
+                ) -> ColumnElement[Any]:
+        """The greater of two numbers, a NULL one left out (NULL when both are)."""
+
     def limit_room_for(self, limit: FromClause, count: ColumnElement[Any],
                        now: ColumnElement[Any]) -> ColumnElement[bool]:
         """Where row locks serialize (row_locks): whether ``count`` more jobs of the key

@@ -93,6 +93,10 @@ class PostgreSQLDialect(SqlDialect):
                ) -> ColumnElement[Any]:
         return func.least(first, second)  # (PostgreSQL's least ignores NULLs)
 
+    def greater(self, first: ColumnElement[Any], second: ColumnElement[Any]
+                ) -> ColumnElement[Any]:
+        return func.greatest(first, second)
+
     def limit_room_for(self, limit: FromClause, count: ColumnElement[Any],
                        now: ColumnElement[Any]) -> ColumnElement[bool]:
         # Revision 0014's trigger keeps the start times sorted, the max_starts newest:

@@ -66,6 +66,10 @@ class SQLiteDialect(SqlDialect):
         # (SQLite's min() of a NULL is NULL: each side stands in for a missing other)
         return func.min(func.coalesce(first, second), func.coalesce(second, first))
 
+    def greater(self, first: ColumnElement[Any], second: ColumnElement[Any]
+                ) -> ColumnElement[Any]:
+        return func.max(func.coalesce(first, second), func.coalesce(second, first))
+
     def json_not_null(self, column: ColumnElement[Any]) -> ColumnElement[bool]:
         return func.trim(column, func.char(32, 9, 10, 13)) != const("null")
 

@@ -29,6 +29,7 @@ from hubstore.validation import (
     INT64_MIN,
     as_number,
     clamp,
+    optional_int,
     optional_lookup,
     require_enum,
     require_int,
@@ -111,11 +112,12 @@ def page_assigns(scope: Scope, supervisor_agent: str | None = None,
                  worker_agent: str | None = None, status: AssignStatus | None = None,
                  statuses: Sequence[AssignStatus] | None = None,
                  trace_id: str | None = None, correlation_id: str | None = None,
-                 active_before_ms: object = None, limit: int = 50,
+                 active_before_ms: int | None = None, limit: int = 50,
                  after: str | None = None) -> AssignPage:
     """A page of the jobs matching every given filter (``list_assigns``'), most recently
     updated first: ``limit`` jobs (1..MAX_PAGE) after the cursor ``after`` (None: from
     the newest), and the cursor of the next page (None after the last)."""
+    optional_int(active_before_ms, "active_before_ms")  # (list_assigns' reads Number())
     conditions, wanted = _filters(supervisor_agent, worker_agent, status, statuses,
                                   trace_id, correlation_id, active_before_ms)
     size = require_int(limit, "limit", minimum=1, maximum=MAX_PAGE)

@@ -115,12 +115,13 @@ def in_sources(statuses: tuple[str, ...]) -> ColumnElement[bool]:
     return or_(*(_jobs.c.status == const(status) for status in statuses))
 
 
-def running_times() -> dict[str, Any]:
-    """What next_values writes, as SQL, when a job becomes running: started now unless
-    it has a start time, and the deadline now + timeout unless it has one."""
+def running_times(at: ColumnElement[Any] = NOW) -> dict[str, Any]:
+    """What next_values writes, as SQL, when a job becomes running at ``at`` (now,
+    bound): started then unless it has a start time, and the deadline then + timeout
+    unless it has one."""
     c = _jobs.c
-    return {"started_at_ms": case((_unset(c.started_at_ms), NOW), else_=c.started_at_ms),
-            "deadline_ms": case((_unset(c.deadline_ms), NOW + c.timeout_ms),
+    return {"started_at_ms": case((_unset(c.started_at_ms), at), else_=c.started_at_ms),
+            "deadline_ms": case((_unset(c.deadline_ms), at + c.timeout_ms),
                                 else_=c.deadline_ms)}
 
 

@@ -10,6 +10,7 @@ is retried (or finished) without a sweeper of the application's own.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 from sqlalchemy import CTE, Integer, bindparam, exists, func, or_, select, update
 
@@ -67,21 +68,29 @@ def claim_statement(sql: SqlDialect) -> Prepared:
         ranked.c.limited.is_(None), ranked.c.free.is_(None), ranked.c.rn <= ranked.c.free)
     ).cte("picked")
     chosen = select(picked.c.job_id)
+    # A job started in the room another one left is stamped no earlier than that one's
+    # end (revision 0014's released_at_ms), as read under the key's lock.
+    released: Any = (select(_limits.c.released_at_ms).where(_limits.c.key == _c.limit_key)
+                     .scalar_subquery())
     if sql.row_locks:
         wanted = (select(picked.c.limit_key, func.count().label("n"))
                   .where(picked.c.limited.is_not(None)).group_by(picked.c.limit_key)
                   .cte("wanted"))
         slot = _limits.alias("slot")
         slots = sql.materialized(
-            select(slot.c.key).select_from(slot.join(wanted, slot.c.key == wanted.c.limit_key))
+            select(slot.c.key, slot.c.released_at_ms)
+            .select_from(slot.join(wanted, slot.c.key == wanted.c.limit_key))
             .where(sql.limit_room_for(slot, wanted.c.n, NOW))
             .with_for_update(of=slot).cte("slots"))
         chosen = chosen.where(or_(picked.c.limited.is_(None),
                                   picked.c.limit_key.in_(select(slots.c.key))))
+        released = (select(slots.c.released_at_ms).where(slots.c.key == _c.limit_key)
+                    .scalar_subquery())
+    start = sql.greater(NOW, released)
     return Prepared(
         update(_jobs)
         .where(sql.one_of(_c.job_id, chosen), _c.status == const(rules.CLAIMABLE))
-        .values(status="running", updated_at_ms=NOW, **running_times())
+        .values(status="running", updated_at_ms=start, **running_times(start))
         .returning(*_c), _jobs)
 
 
