@@ -233,17 +233,17 @@ def _finish_statement(sql: SqlDialect, retryable: bool) -> Prepared:
         .returning(*_c), _jobs)
 
 
-def _routine_guards(sql: SqlDialect, worker: Any, attempt: Any, no_retry: Any
-                    ) -> list[ColumnElement[bool]]:
+def _routine_guards(sql: SqlDialect, worker: Any, attempt: Any, no_retry: Any,
+                    columns: Any = _c) -> list[ColumnElement[bool]]:
     """Where a final report is routine (see _finish_statement): the job is active, the
     reporting ``worker``'s and on the reported ``attempt`` (SQL expressions, NULL for
     any), ``no_retry`` holds (None: nothing to check), and its row is one the rules
-    leave as it is."""
-    return [in_sources(rules.ACTIVE),
-            or_(worker.is_(None), _c.worker_agent == worker),
-            or_(attempt.is_(None), _c.attempt == attempt),
+    leave as it is. ``columns``: the job row's (default: assign_jobs')."""
+    return [in_sources(rules.ACTIVE, columns),
+            or_(worker.is_(None), columns.worker_agent == worker),
+            or_(attempt.is_(None), columns.attempt == attempt),
             *([] if no_retry is None else [no_retry]),
-            *kept_by_rules(sql)]
+            *kept_by_rules(sql, columns)]
 
 
 def _finished(status: Any, result: Any, error: Any) -> dict[str, Any]:
@@ -313,17 +313,22 @@ def _finish_many(sql: SqlDialect) -> Prepared | None:
         return None
     reports = select(*records.c).cte("reports")
     r = reports.c
-    # (the jobs' ids again, as an array: their primary key finds them, where the join
-    # alone is planned as a scan of every active job)
-    guards = [_c.job_id == any_(bindparam("p_ids", type_=ARRAY(Text))),
-              _c.job_id == r.job_id,
-              *_routine_guards(sql, r.worker, r.attempt, or_(
-                  r.status == const("succeeded"), _c.retry_count >= _c.max_retries))]
-    locked = (select(_c.job_id).where(*guards).order_by(_c.job_id)
-              .with_for_update(of=_jobs).cte("locked"))
-    every_one = (select(func.count()).select_from(locked).scalar_subquery()
+    # The reported jobs are found, and locked in job_id order, by their primary key
+    # alone: with the guards beside it, a planner without statistics (a table never
+    # analyzed) read every active job through the status index instead, twice a batch.
+    # The guards are then checked on the locked rows, as they are now.
+    ids = bindparam("p_ids", type_=ARRAY(Text))
+    locked = sql.materialized(select(_jobs).where(_c.job_id == any_(ids))
+                              .order_by(_c.job_id).with_for_update(of=_jobs).cte("locked"))
+    row = locked.c
+    routine = (select(row.job_id).join_from(locked, reports, row.job_id == r.job_id)
+               .where(*_routine_guards(sql, r.worker, r.attempt, or_(
+                   r.status == const("succeeded"), row.retry_count >= row.max_retries), row))
+               .cte("routine"))
+    every_one = (select(func.count()).select_from(routine).scalar_subquery()
                  == bindparam("p_count", type_=Integer))
-    done = (update(_jobs).where(*guards, every_one)
+    done = (update(_jobs)
+            .where(_c.job_id == any_(ids), _c.job_id == r.job_id, every_one)
             .values(_finished(r.status, r.result, r.error))
             .returning(*_c, r.m_id, r.m_corr, r.m_trace).cte("done"))
     event = _completed_event(done, done.c.m_id, done.c.m_corr, done.c.m_trace)

@@ -109,10 +109,12 @@ def _unset(column: ColumnElement[Any]) -> ColumnElement[bool]:
     return or_(column.is_(None), column == 0)
 
 
-def in_sources(statuses: tuple[str, ...]) -> ColumnElement[bool]:
+def in_sources(statuses: tuple[str, ...], columns: Any = None) -> ColumnElement[bool]:
     """The job's status is one of ``statuses`` (a source list of the rule table), each
-    written as a constant so that the partial indexes on status serve it."""
-    return or_(*(_jobs.c.status == const(status) for status in statuses))
+    written as a constant so that the partial indexes on status serve it. ``columns``:
+    another FROM item's columns of a job row (default: assign_jobs')."""
+    c = _jobs.c if columns is None else columns
+    return or_(*(c.status == const(status) for status in statuses))
 
 
 def running_times(at: ColumnElement[Any] = NOW) -> dict[str, Any]:
@@ -154,11 +156,12 @@ _PUT_BACK = Prepared(
     .values(status=const("queued"), updated_at_ms=NOW, **put_back_times()))
 
 
-def kept_by_rules(sql: SqlDialect) -> list[ColumnElement[bool]]:
+def kept_by_rules(sql: SqlDialect, columns: Any = None) -> list[ColumnElement[bool]]:
     """Where next_values would rewrite none of the columns a patch does not name: the
     counters and durations are whole numbers already in their ranges, the payload is
-    not JSON null, and the times are NULL or whole numbers (SQLite keeps any type)."""
-    c = _jobs.c
+    not JSON null, and the times are NULL or whole numbers (SQLite keeps any type).
+    ``columns``: another FROM item's columns of a job row (default: assign_jobs')."""
+    c = _jobs.c if columns is None else columns
     guards = [c.attempt >= 1, c.retry_count >= 0, c.max_retries >= 0,
               c.priority.between(1, 9),
               c.timeout_ms.between(rules.MIN_TIMEOUT_MS, rules.MAX_TIMEOUT_MS),

@@ -87,9 +87,13 @@ def claim_statement(sql: SqlDialect) -> Prepared:
         released = (select(slots.c.released_at_ms).where(slots.c.key == _c.limit_key)
                     .scalar_subquery())
     start = sql.greater(NOW, released)
+    # The chosen jobs are found by their key alone: they were picked queued and are
+    # locked (PostgreSQL) or under the write lock (SQLite) until the statement ends, so
+    # no status guard is needed here; written in, it matched the claim index's predicate
+    # and PostgreSQL read every queued job (dead index entries included) through it.
     return Prepared(
         update(_jobs)
-        .where(sql.one_of(_c.job_id, chosen), _c.status == const(rules.CLAIMABLE))
+        .where(sql.one_of(_c.job_id, chosen))
         .values(status="running", updated_at_ms=start, **running_times(start))
         .returning(*_c), _jobs)
 
