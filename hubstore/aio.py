@@ -56,9 +56,9 @@ from hubstore.services.waiting import (
     MessageFeed,
     check_batch,
     deadline_after,
-    due_at,
     look_for_result,
     result_keys,
+    wait_plan,
     wait_s,
 )
 from hubstore.store import HubStore
@@ -362,8 +362,9 @@ class AsyncHubStore(AsyncOperations):
                 jobs = await self._claim_jobs(worker_agent, limit)
                 if jobs:
                     return jobs
-                due = await self._call(due_at, self.sync, worker_agent)
-                if not await wake.pause(deadline, due):
+                plan = await self._call(wait_plan, self.sync, worker_agent)
+                wake.sub.keys = plan.keys
+                if not await wake.pause(deadline, plan.due):
                     return []
 
     async def _claim_jobs(self, worker_agent: str, limit: int | None) -> list[AssignJob]:

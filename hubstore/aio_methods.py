@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, Unpack
 from hubstore.models import (
     Agent,
     AssignJob,
+    AssignLimit,
+    AssignSchedule,
     DeadLetter,
     HumanRequest,
     Message,
@@ -350,6 +352,8 @@ class AsyncOperations:
         job_id: str | None = None,
         not_before_ms: int | None = None,
         retry_backoff_ms: int = 0,
+        limit_key: str | None = None,
+        unique_key: str | None = None,
     ) -> AssignJob:
         """Await :meth:`HubStore.create_assign`: A new job. Priority, timeout and ttl are
         clamped, as in the reference (JavaScript's Number() reads them: a non-number falls
@@ -378,6 +382,8 @@ class AsyncOperations:
             job_id,
             not_before_ms,
             retry_backoff_ms,
+            limit_key,
+            unique_key,
         )
 
     async def get_assign(self, job_id: str) -> AssignJob | None:
@@ -427,7 +433,7 @@ class AsyncOperations:
         statuses: Sequence[AssignStatus] | None = None,
         trace_id: str | None = None,
         correlation_id: str | None = None,
-        active_before_ms: object = None,
+        active_before_ms: int | None = None,
         limit: int = 50,
         after: str | None = None,
     ) -> AssignPage:
@@ -595,6 +601,85 @@ class AsyncOperations:
         """
         return await self._call(self._sync_ops().cancel_assign, job_id, reason)
 
+    async def set_assign_limit(
+        self,
+        key: str,
+        max_running: int | None = None,
+        max_starts: int | None = None,
+        per_ms: int | None = None,
+    ) -> AssignLimit:
+        """Await :meth:`HubStore.set_assign_limit`: Set (or replace) the limit of ``key``:
+        at most ``max_running`` of its jobs running at once, at most ``max_starts`` started
+        in any ``per_ms`` milliseconds (None: no such bound; a limit has at least one). Jobs
+        name their key when queued (``limit_key=``). Returns the limit, with its key's
+        running count and recent starts counted anew. Waiting claimers whose jobs it held
+        look again.
+        """
+        return await self._call(
+            self._sync_ops().set_assign_limit, key, max_running, max_starts, per_ms
+        )
+
+    async def get_assign_limits(self) -> dict[str, AssignLimit]:
+        """Await :meth:`HubStore.get_assign_limits`: Every limit by its key (in key order),
+        each with its key's running count and start times as they are now
+        (``limit.recent_starts(now)``, ``limit.to_dict()``).
+        """
+        return await self._call(self._sync_ops().get_assign_limits)
+
+    async def remove_assign_limit(self, key: str) -> bool:
+        """Await :meth:`HubStore.remove_assign_limit`: Remove the limit of ``key`` (its jobs
+        run unbounded from now on); True when there was one. Waiting claimers whose jobs it
+        held look again.
+        """
+        return await self._call(self._sync_ops().remove_assign_limit, key)
+
+    async def set_assign_schedule(
+        self,
+        name: str,
+        supervisor_agent: str,
+        worker_agent: str,
+        *,
+        cron: str | None = None,
+        every_ms: int | None = None,
+        **job: Any,
+    ) -> AssignSchedule:
+        """Await :meth:`HubStore.set_assign_schedule`: Queue an assign from
+        ``supervisor_agent`` to ``worker_agent`` at every tick of ``cron`` (a cron
+        expression, UTC) or every ``every_ms`` milliseconds (exactly one of the two);
+        ``job`` holds assign_async's keyword arguments for each job (task, payload,
+        priority, max_retries, timeout_ms, limit_key, unique_key, ...). Replaces the
+        schedule of that name; its next tick is the first after now.
+        """
+        return await self._call(
+            self._sync_ops().set_assign_schedule,
+            name,
+            supervisor_agent,
+            worker_agent,
+            cron=cron,
+            every_ms=every_ms,
+            **job,
+        )
+
+    async def get_assign_schedules(self) -> dict[str, AssignSchedule]:
+        """Await :meth:`HubStore.get_assign_schedules`: Every schedule by its name (in name
+        order).
+        """
+        return await self._call(self._sync_ops().get_assign_schedules)
+
+    async def remove_assign_schedule(self, name: str) -> bool:
+        """Await :meth:`HubStore.remove_assign_schedule`: Remove the schedule ``name`` (jobs
+        it queued stay); True when there was one.
+        """
+        return await self._call(self._sync_ops().remove_assign_schedule, name)
+
+    async def run_due_schedules(self, now_ms: int | None = None) -> list[AssignJob]:
+        """Await :meth:`HubStore.run_due_schedules`: Queue the job of every schedule whose
+        tick has come (at most RUN_BATCH), once per tick whatever the number of processes
+        doing it; the jobs queued. Ticks missed while nothing ran are one job, for the
+        latest of them.
+        """
+        return await self._call(self._sync_ops().run_due_schedules, now_ms)
+
     async def add_reflexion(
         self,
         error_pattern: str,
@@ -725,9 +810,11 @@ class AsyncOperations:
         """
         return await self._call(self._sync_ops().get_delivery_stats, now_ms)
 
-    async def get_hub_stats(self) -> dict[str, int]:
+    async def get_hub_stats(self) -> dict[str, Any]:
         """Await :meth:`HubStore.get_hub_stats`: Online agents, messages, active assign jobs
-        and the queue depths.
+        and the queue depths (the reference's figures); where assign limits exist, also
+        ``assign_limits``: each key's limit, its running jobs and its starts in the last
+        window (``AssignLimit.to_dict()`` but the key).
         """
         return await self._call(self._sync_ops().get_hub_stats)
 

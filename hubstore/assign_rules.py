@@ -311,6 +311,14 @@ def held_until(job: Mapping[str, Any], now: int) -> tuple[int, str] | None:
     return not_before, "back-off" if retried else "scheduled"
 
 
+def duration_text(ms: int) -> str:
+    """A duration for people, in the largest whole unit: 30d, 12h, 15m, 45s or 250ms."""
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)):
+        if ms and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
 def iso_timestamp(ms: int) -> str:
     """JavaScript's ``new Date(ms).toISOString()``, years outside 0..9999 written as it
     writes them (``+033658-09-27T01:46:40.000Z``)."""

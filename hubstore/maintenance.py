@@ -7,7 +7,8 @@ every sweep the hub has, every ``every_s`` seconds, until stopped:
   (``sweep_timed_out_assigns``, batch after batch until none is due);
 - queued messages past their expiry become dead letters, pending human requests past
   their deadline time out (``sweep_expired``);
-- agents whose lease passed become stale, then offline (``sweep_stale_agents``).
+- agents whose lease passed become stale, then offline (``sweep_stale_agents``);
+- periodic jobs whose tick has come are queued, once per tick (``run_due_schedules``).
 
 Any number of processes may run it on one database: each sweep is a guarded move of the
 rows it finds (PostgreSQL skips rows another sweeper holds), so no row is moved twice.
@@ -51,6 +52,7 @@ def sweep_once(store: HubStore) -> dict[str, int]:
                  for name, count in store.sweep_expired().items()})
     done.update({f"agents_{name}": count
                  for name, count in store.sweep_stale_agents().items()})
+    done["schedules_queued"] = len(store.run_due_schedules())
     return {name: done[name] for name in sorted(done)}
 
 

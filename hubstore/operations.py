@@ -24,10 +24,12 @@ from hubstore.services import (
     claims,
     dead_letters,
     human_requests,
+    limits,
     messages,
     pipelines,
     reflexion,
     retention,
+    schedules,
     stats,
     timeouts,
 )
@@ -115,6 +117,17 @@ class HubOperations:
     touch_assign = assign_control.touch_assign
     finish_assign = assign_control.finish_assign
     cancel_assign = assign_control.cancel_assign
+
+    # Assign limits (provider quotas)
+    set_assign_limit = limits.set_assign_limit
+    get_assign_limits = limits.get_assign_limits
+    remove_assign_limit = limits.remove_assign_limit
+
+    # Periodic jobs
+    set_assign_schedule = schedules.set_assign_schedule
+    get_assign_schedules = schedules.get_assign_schedules
+    remove_assign_schedule = schedules.remove_assign_schedule
+    run_due_schedules = schedules.run_due_schedules
 
     # Reflexion
     add_reflexion = reflexion.add_reflexion

@@ -112,7 +112,9 @@ def seed(store: HubStore, url: URL) -> dict[str, Any]:
         "update_message_status.status": "acked", "update_agent_status.status": "online",
         "update_assign_status.status": "running", "report_assign_result.status": "running",
         "jobs": [{"task": "t"}], "job": job, "attempt": 1,
-        "finish_assign.status": "running",
+        "finish_assign.status": "running", "key": "codex",
+        "set_assign_limit.max_running": 2, "name": "nightly",
+        "set_assign_schedule.every_ms": 60_000,
         "reports": [{"job_id": "j1", "status": "running"}],
         # never wait: a wait given a bad argument by mistake would last 30 s
         "wait_for_assign.timeout_s": 0, "wait_for_assigns.timeout_s": 0,

@@ -106,7 +106,8 @@ def _note(note: str | None) -> None:
 @json_option
 @command_options
 def stats(as_json: bool, url: URL) -> None:
-    """The hub's figures (get_hub_stats and get_audit_stats together).
+    """The hub's figures (get_hub_stats and get_audit_stats together), each assign
+    limit's among them (``assign_limits.KEY.running``...).
 
     Lines in a pipe: figure, value.
     """
@@ -116,7 +117,17 @@ def stats(as_json: bool, url: URL) -> None:
         print_json(figures)
         return
     show("hub figures", [key("figure", "figure"), key("value", "value", right=True)],
-         [{"figure": name, "value": value} for name, value in figures.items()])
+         [{"figure": name, "value": value} for name, value in _flat(figures)])
+
+
+def _flat(figures: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Figures as (name, value) lines, a nested one's names joined by dots
+    (``assign_limits.codex.running``)."""
+    for name, value in figures.items():
+        if isinstance(value, dict):
+            yield from _flat(value, f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}", "" if value is None else value
 
 
 @main.command()

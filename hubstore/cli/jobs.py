@@ -13,7 +13,6 @@ from typing import Any
 import click
 from sqlalchemy.engine import URL
 
-from hubstore import assign_rules as rules
 from hubstore.cli.common import (
     UsageFailure,
     command_options,
@@ -29,30 +28,21 @@ from hubstore.cli.inspect import reading, time_column
 from hubstore.cli.output import Column, key, show
 from hubstore.errors import ValidationError
 from hubstore.ids import now_ms
-from hubstore.models import ASSIGN_STATUSES, AssignJob
-from hubstore.services.assign_listing import MAX_PAGE
+from hubstore.models import ASSIGN_STATUSES, AssignJob, AssignLimit
+from hubstore.services.assign_listing import MAX_PAGE, waiting_reason
 from hubstore.store import HubStore
 
 log = logging.getLogger("hubstore.cli")
 
 
-def _due(job: dict[str, Any], now: int) -> tuple[str, str]:
-    """(when, why) a queued job becomes due, or ("", "") when it is due now."""
-    held = rules.held_until(job, now)
-    if held is None:
-        return "", ""
-    at, why = held
-    return when(at), (f"back-off after retry {job['retry_count']}" if why == "back-off"
-                      else "scheduled")
-
-
-def _rows(jobs: list[AssignJob]) -> list[dict[str, Any]]:
+def _rows(jobs: list[AssignJob], limits: dict[str, AssignLimit]) -> list[dict[str, Any]]:
     now = now_ms()
     rows = []
     for job in jobs:
         row = {**job.to_dict(), "not_before_ms": job.not_before_ms,
-               "retry_backoff_ms": job.retry_backoff_ms}
-        row["due"], row["why"] = _due(row, now)
+               "retry_backoff_ms": job.retry_backoff_ms, "limit_key": job.limit_key}
+        at, row["why"] = waiting_reason(row, limits, now)
+        row["due"] = when(at)
         rows.append(row)
     return rows
 
@@ -74,8 +64,9 @@ def jobs(ctx: click.Context, status: Any, worker: str | None, limit: int, after:
     below, retry or cancel one.
 
     Lines in a pipe: job, status, worker, supervisor, task, attempt, updated (UTC), due
-    (UTC), why (a queued job not due yet: scheduled, or back-off after a retry). With
-    --json, the jobs as the reference store returns them (to_dict()).
+    (UTC), why (a queued job not taken yet: scheduled, back-off after a retry, or the
+    assign limit that holds it). With --json, the jobs as the reference store returns
+    them (to_dict()).
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -84,6 +75,7 @@ def jobs(ctx: click.Context, status: Any, worker: str | None, limit: int, after:
         try:
             page = uow.page_assigns(status=status, worker_agent=worker, limit=limit,
                                     after=after)
+            limits = uow.get_assign_limits()
         except ValidationError as exc:
             raise UsageFailure(f"--after: {exc}") from exc
     log.info("jobs: %d listed, %s", len(page.jobs),
@@ -97,7 +89,7 @@ def jobs(ctx: click.Context, status: Any, worker: str | None, limit: int, after:
             key("attempt", "attempt", right=True), time_column("updated (UTC)",
                                                               "updated_at_ms"),
             Column("due (UTC)", lambda d: d["due"], whole=True),
-            Column("why", lambda d: d["why"], whole=True)], _rows(page.jobs))
+            Column("why", lambda d: d["why"], whole=True)], _rows(page.jobs, limits))
     if page.next is not None:
         click.echo(f"note: {len(page.jobs)} shown; more follow: hubstore jobs ... --after "
                    f"{page.next}", err=True)

@@ -8,6 +8,7 @@ from sqlalchemy import (
     JSON,
     BindParameter,
     ColumnElement,
+    FromClause,
     Table,
     Text,
     TextClause,
@@ -38,6 +39,7 @@ def _one_of(expr: ColumnElement[Any], names: tuple[str, ...]) -> ColumnElement[b
 class SQLiteDialect(SqlDialect):
     name = "sqlite"
     writable_ctes = False
+    row_locks = False
 
     def insert(self, table: Table) -> sqlite.Insert:
         return sqlite.insert(table)
@@ -55,6 +57,19 @@ class SQLiteDialect(SqlDialect):
 
     def in_json_array(self, column: ColumnElement[Any], name: str) -> TextClause:
         return text(f"{column} IN (SELECT value FROM json_each(:{name}))")
+
+    def start_times(self, starts: ColumnElement[Any]) -> tuple[FromClause, ColumnElement[Any]]:
+        each = func.json_each(starts).table_valued("value")
+        return each, each.c.value
+
+    def lesser(self, first: ColumnElement[Any], second: ColumnElement[Any]
+               ) -> ColumnElement[Any]:
+        # (SQLite's min() of a NULL is NULL: each side stands in for a missing other)
+        return func.min(func.coalesce(first, second), func.coalesce(second, first))
+
+    def greater(self, first: ColumnElement[Any], second: ColumnElement[Any]
+                ) -> ColumnElement[Any]:
+        return func.max(func.coalesce(first, second), func.coalesce(second, first))
 
     def json_not_null(self, column: ColumnElement[Any]) -> ColumnElement[bool]:
         return func.trim(column, func.char(32, 9, 10, 13)) != const("null")

@@ -52,6 +52,7 @@ from hubstore.services.assigns import (
     computed_from,
     create_assign,
     in_sources,
+    insert_job,
     kept_by_rules,
     lock_job,
     move,
@@ -131,23 +132,20 @@ def _jobs_with_handoffs(sql: SqlDialect) -> Prepared:
         .returning(*_jobs.c), _jobs)
 
 
-def create_and_dispatch(uow: Transaction, make_rows: Sequence[Callable[[int], dict[str, Any]]]
-                        ) -> list[AssignJob]:
-    """New jobs (each made by one of ``make_rows``) and their handoff messages, written
-    in one statement where the dialect has JSON rows (the rows assign_async's two steps
-    write); the jobs in the order of ``make_rows``. The handoff's payload holds the
-    job's checked values one level down (ENVELOPE_DEPTH), so it needs no check of its
-    own: the rows' JSON is checked once more as it is written."""
-    now = now_ms()
+def create_and_dispatch(uow: Transaction, rows: Sequence[dict[str, Any]]) -> list[AssignJob]:
+    """New jobs (their attribute-keyed rows) and their handoff messages, written in one
+    statement (the rows assign_async's two steps write; where the dialect has JSON
+    rows), the jobs in the order of ``rows``. The handoff's payload holds the job's
+    checked values one level down (ENVELOPE_DEPTH), so it needs no check of its own:
+    the rows' JSON is checked once more as it is written."""
     jobs: list[dict[str, Any]] = []
     messages: list[dict[str, Any]] = []
-    for make_row in make_rows:
-        row = make_row(now)
+    for row in rows:
         message_id = uuidv7()
-        row["last_message_id"] = message_id
+        row = {**row, "last_message_id": message_id}
         fields = handoff_fields(row, "create")
         jobs.append(by_column(row))
-        messages.append(message_row(message_id, now, **fields))
+        messages.append(message_row(message_id, row["created_at_ms"], **fields))
     made = {job.job_id: job for job in _jobs_with_handoffs(uow.sql).instances(
         uow, {"p_jobs": jobs, "p_messages": messages}, AssignJob)}
     ordered = [made[row["job_id"]] for row in jobs]
@@ -400,16 +398,29 @@ def assign_async(scope: Scope, supervisor_agent: str, worker_agent: str, **field
     """Create a job and record its dispatch to the worker, in one transaction.
 
     ``fields`` are create_assign's keyword arguments; an unknown one is a
-    ValidationError (nothing is written)."""
-    _check_fields(fields)
-    if scope.sql.writable_ctes:  # one statement: one round trip in autocommit
-        make_row = new_job(supervisor_agent, worker_agent, **fields)
-        with scope.one_statement() as uow:
-            [job] = create_and_dispatch(uow, [make_row])
-            return job
+    ValidationError (nothing is written). With a ``unique_key`` that a queued or running
+    job holds, nothing is written and that job is returned (``job.deduplicated``)."""
+    check_fields(fields)
+    [job] = assign_rows(scope, [new_job(supervisor_agent, worker_agent, **fields)])
+    return job
+
+
+def assign_rows(scope: Scope, make_rows: Sequence[Callable[[int], dict[str, Any]]]
+            ) -> list[AssignJob]:
+    """Write each job (made by ``make_rows``) and its dispatch, in one transaction; one
+    statement where the dialect writes both at once and no job has a unique key (the
+    jobs one a key holds are returned as found, not written again)."""
+    now = now_ms()
+    rows = [make_row(now) for make_row in make_rows]
+    if scope.sql.writable_ctes and all(row["unique_key"] is None for row in rows):
+        with scope.one_statement() as uow:  # one round trip in autocommit
+            return create_and_dispatch(uow, rows)
     with scope.unit_of_work() as uow:
-        return dispatch(uow, create_assign(uow, supervisor_agent, worker_agent, **fields),
-                        "create")
+        jobs = []
+        for row in rows:
+            job = insert_job(uow, row)
+            jobs.append(job if job.deduplicated else dispatch(uow, job, "create", now))
+        return jobs
 
 
 def report_assign_result(scope: Scope, job_id: str, status: str, worker_agent: str | None = None,
@@ -524,14 +535,9 @@ def assign_many(scope: Scope, supervisor_agent: str, worker_agent: str,
     message, or none of them (a bad one is refused before anything is written)."""
     items = _batch_items(jobs, "jobs")
     for item in items:
-        _check_fields(item)
-    if scope.sql.writable_ctes:  # one statement: one round trip in autocommit
-        make_rows = [new_job(supervisor_agent, worker_agent, **item) for item in items]
-        with scope.one_statement() as uow:
-            return create_and_dispatch(uow, make_rows)
-    with scope.unit_of_work() as uow:
-        return [dispatch(uow, create_assign(uow, supervisor_agent, worker_agent, **item),
-                         "create") for item in items]
+        check_fields(item)
+    return assign_rows(scope,
+                       [new_job(supervisor_agent, worker_agent, **item) for item in items])
 
 
 def report_assign_results(scope: Scope, reports: Sequence[Mapping[str, Any]],
@@ -590,5 +596,6 @@ def _batch_items(items: object, what: str) -> list[dict[str, Any]]:
     return [dict(item) for item in items]
 
 
-def _check_fields(fields: Mapping[str, Any]) -> None:
-    refuse_unknown(fields, CREATE_FIELDS, "assign_async")
+def check_fields(fields: Mapping[str, Any], what: str = "assign_async") -> None:
+    """Refuse keyword arguments create_assign does not take (ValidationError)."""
+    refuse_unknown(fields, CREATE_FIELDS, what)

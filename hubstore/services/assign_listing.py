@@ -11,14 +11,15 @@ gives are merged, so no listing reads the whole table.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import ColumnElement, and_, or_, select, union_all
 
+from hubstore import assign_rules as rules
 from hubstore.errors import ValidationError, describe
 from hubstore.execution import execute, from_row
-from hubstore.models import ASSIGN_STATUSES, AssignJob, table_of
+from hubstore.models import ASSIGN_STATUSES, AssignJob, AssignLimit, table_of
 from hubstore.results import AssignPage
 from hubstore.services.base import const
 from hubstore.transaction import Scope
@@ -28,6 +29,7 @@ from hubstore.validation import (
     INT64_MIN,
     as_number,
     clamp,
+    optional_int,
     optional_lookup,
     require_enum,
     require_int,
@@ -110,11 +112,12 @@ def page_assigns(scope: Scope, supervisor_agent: str | None = None,
                  worker_agent: str | None = None, status: AssignStatus | None = None,
                  statuses: Sequence[AssignStatus] | None = None,
                  trace_id: str | None = None, correlation_id: str | None = None,
-                 active_before_ms: object = None, limit: int = 50,
+                 active_before_ms: int | None = None, limit: int = 50,
                  after: str | None = None) -> AssignPage:
     """A page of the jobs matching every given filter (``list_assigns``'), most recently
     updated first: ``limit`` jobs (1..MAX_PAGE) after the cursor ``after`` (None: from
     the newest), and the cursor of the next page (None after the last)."""
+    optional_int(active_before_ms, "active_before_ms")  # (list_assigns' reads Number())
     conditions, wanted = _filters(supervisor_agent, worker_agent, status, statuses,
                                   trace_id, correlation_id, active_before_ms)
     size = require_int(limit, "limit", minimum=1, maximum=MAX_PAGE)
@@ -136,3 +139,26 @@ def page_assigns(scope: Scope, supervisor_agent: str | None = None,
         rows = [from_row(AssignJob, row) for row in execute(uow, query).mappings()]
     jobs = rows[:size]
     return AssignPage(jobs, page_cursor(jobs[-1]) if len(rows) > size else None)
+
+
+def waiting_reason(job: Mapping[str, Any], limits: Mapping[str, AssignLimit], now: int
+                   ) -> tuple[int | None, str]:
+    """Why a queued job (its attribute-keyed values) is not claimed yet, for people: when
+    it becomes due (None: it is due) and why ("scheduled", "back-off after retry N", or
+    the limit that holds it: "limit codex: 2/2 running", "limit gemini: 60/60 starts
+    in 1m"); (None, "") for a job that is not queued, or is due with room."""
+    held = rules.held_until(job, now)
+    if held is not None:
+        at, why = held
+        return at, (f"back-off after retry {job['retry_count']}" if why == "back-off"
+                    else "scheduled")
+    limit = limits.get(job["limit_key"] or "") if job["status"] == rules.CLAIMABLE else None
+    if limit is None:
+        return None, ""
+    if limit.max_running is not None and limit.running >= limit.max_running:
+        return None, f"limit {limit.key}: {limit.running}/{limit.max_running} running"
+    recent = limit.recent_starts(now)
+    if limit.max_starts is not None and recent >= limit.max_starts:
+        window = rules.duration_text(limit.per_ms or 0)
+        return None, f"limit {limit.key}: {recent}/{limit.max_starts} starts in {window}"
+    return None, ""

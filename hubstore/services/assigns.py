@@ -23,22 +23,25 @@ from sqlalchemy import (
     BigInteger,
     BindParameter,
     ColumnElement,
+    Text,
     and_,
     bindparam,
     case,
     insert,
     or_,
     select,
+    text,
     update,
 )
 
 from hubstore import assign_rules as rules
 from hubstore.dialects import SqlDialect
-from hubstore.errors import HubStoreError
+from hubstore.errors import DatabaseBusy, HubStoreError
 from hubstore.execution import Prepared, from_row
 from hubstore.ids import now_ms, uuidv7
-from hubstore.models import ASSIGN_STATUSES, AssignJob, table_of
+from hubstore.models import ASSIGN_STATUSES, DEDUPLICATED, LIVE_WHERE, AssignJob, table_of
 from hubstore.services.base import const
+from hubstore.services.limits import check_limit_key
 from hubstore.transaction import Scope, Transaction
 from hubstore.types import AssignPatch, AssignStatus
 from hubstore.validation import (
@@ -70,6 +73,13 @@ _SELECT = Prepared(_BY_ID, _jobs)
 _LOCK = Prepared(_BY_ID.with_for_update(), _jobs)
 _INSERT_ROW = insert(_jobs).values({c.name: bindparam(c.name) for c in _jobs.c})
 _INSERT = Prepared(_INSERT_ROW, _jobs)
+#: The queued or running job that holds a unique key.
+_LIVE_WITH_KEY = Prepared(
+    select(_jobs).where(_jobs.c.unique_key == bindparam("p_unique_key", type_=Text),
+                        _jobs.c.status.in_([const("queued"), const("running")])), _jobs)
+#: How often an assign with a unique key tries again when the job that held the key
+#: ended between its insert (which found the key held) and its read of that job.
+UNIQUE_TRIES = 5
 _GUARDS = frozenset({"p_job_id", "p_status", "p_attempt"})
 
 
@@ -105,12 +115,13 @@ def in_sources(statuses: tuple[str, ...]) -> ColumnElement[bool]:
     return or_(*(_jobs.c.status == const(status) for status in statuses))
 
 
-def running_times() -> dict[str, Any]:
-    """What next_values writes, as SQL, when a job becomes running: started now unless
-    it has a start time, and the deadline now + timeout unless it has one."""
+def running_times(at: ColumnElement[Any] = NOW) -> dict[str, Any]:
+    """What next_values writes, as SQL, when a job becomes running at ``at`` (now,
+    bound): started then unless it has a start time, and the deadline then + timeout
+    unless it has one."""
     c = _jobs.c
-    return {"started_at_ms": case((_unset(c.started_at_ms), NOW), else_=c.started_at_ms),
-            "deadline_ms": case((_unset(c.deadline_ms), NOW + c.timeout_ms),
+    return {"started_at_ms": case((_unset(c.started_at_ms), at), else_=c.started_at_ms),
+            "deadline_ms": case((_unset(c.deadline_ms), at + c.timeout_ms),
                                 else_=c.deadline_ms)}
 
 
@@ -304,6 +315,40 @@ def computed_from(job: AssignJob) -> Iterator[None]:
             f"wrong type ({exc}); correct the row first") from exc
 
 
+@functools.cache
+def _insert_unless_held(sql: SqlDialect) -> Prepared:
+    """The INSERT of a job with a unique key, which writes nothing when a queued or
+    running job holds the key (revision 0014's partial unique index; PostgreSQL waits
+    for a transaction inserting the same key, then sees its outcome)."""
+    return Prepared(
+        sql.insert(_jobs).values({c.name: bindparam(c.name) for c in _jobs.c})
+        .on_conflict_do_nothing(index_elements=[_jobs.c.unique_key],
+                                index_where=text(LIVE_WHERE))
+        .returning(*_jobs.c), _jobs)
+
+
+def insert_job(uow: Transaction, row: dict[str, Any]) -> AssignJob:
+    """Write the job ``row`` (attribute-keyed) and return it; with a unique key that a
+    queued or running job holds, write nothing and return that job instead, its
+    ``deduplicated`` True. Listeners hear of a job written (after the commit)."""
+    key = row["unique_key"]
+    if key is None:
+        job = _INSERT.inserted(uow, by_column(row), AssignJob)
+        announce(uow, job)
+        return job
+    for _ in range(UNIQUE_TRIES):
+        written = _insert_unless_held(uow.sql).instance(uow, by_column(row), AssignJob)
+        if written is not None:
+            announce(uow, written)
+            return written
+        held = _LIVE_WITH_KEY.instance(uow, {"p_unique_key": key}, AssignJob)
+        if held is not None:
+            held.__dict__[DEDUPLICATED] = True
+            return held
+    raise DatabaseBusy(f"unique_key {key!r} changed hands {UNIQUE_TRIES} times while a job "
+                       "was being written with it; try again")
+
+
 def create_assign(scope: Scope, supervisor_agent: str, worker_agent: str,
                   topic: str = "assign.job", task: str = "", payload: Any = None,
                   status: AssignStatus = "queued", attempt: int = 1, retry_count: int = 0,
@@ -312,7 +357,8 @@ def create_assign(scope: Scope, supervisor_agent: str, worker_agent: str,
                   trace_id: str | None = None, correlation_id: str | None = None,
                   last_message_id: str | None = None, result: Any = None,
                   error: Any = None, job_id: str | None = None,
-                  not_before_ms: int | None = None, retry_backoff_ms: int = 0) -> AssignJob:
+                  not_before_ms: int | None = None, retry_backoff_ms: int = 0,
+                  limit_key: str | None = None, unique_key: str | None = None) -> AssignJob:
     """A new job. Priority, timeout and ttl are clamped, as in the reference
     (JavaScript's Number() reads them: a non-number falls back to the default).
 
@@ -324,17 +370,19 @@ def create_assign(scope: Scope, supervisor_agent: str, worker_agent: str,
     hubstore's own (not in the reference): ``not_before_ms``, a time before which the
     job is not claimed (its default deadline counts from then); ``retry_backoff_ms``,
     how long its first retry waits before it may be claimed again (each later retry
-    twice as long as the one before, at most 24 hours).
+    twice as long as the one before, at most 24 hours); ``limit_key``, the assign
+    limit it counts against (``set_assign_limit``; None: unlimited); ``unique_key``,
+    a key no two queued or running jobs share: while one holds it, this call writes
+    nothing and returns that job, its ``deduplicated`` True.
     """
     make_row = new_job(
         supervisor_agent, worker_agent, topic, task, payload, status, attempt,
         retry_count, max_retries, priority, ttl_ms, timeout_ms, deadline_ms, trace_id,
         correlation_id, last_message_id, result, error, job_id, not_before_ms,
-        retry_backoff_ms)
-    with scope.one_statement() as uow:  # the INSERT ... RETURNING
-        job = _INSERT.inserted(uow, by_column(make_row(now_ms())), AssignJob)
-        announce(uow, job)
-        return job
+        retry_backoff_ms, limit_key, unique_key)
+    # (one INSERT ... RETURNING; with a unique key, a look for its holder may follow)
+    with (scope.one_statement() if unique_key is None else scope.unit_of_work()) as uow:
+        return insert_job(uow, make_row(now_ms()))
 
 
 def new_job(supervisor_agent: str, worker_agent: str, topic: str = "assign.job",
@@ -344,7 +392,8 @@ def new_job(supervisor_agent: str, worker_agent: str, topic: str = "assign.job",
             deadline_ms: int | None = None, trace_id: str | None = None,
             correlation_id: str | None = None, last_message_id: str | None = None,
             result: Any = None, error: Any = None, job_id: str | None = None,
-            not_before_ms: int | None = None, retry_backoff_ms: int = 0
+            not_before_ms: int | None = None, retry_backoff_ms: int = 0,
+            limit_key: str | None = None, unique_key: str | None = None
             ) -> Callable[[int], dict[str, Any]]:
     """create_assign's arguments checked (ValidationError before anything is written),
     and the function that makes the job's row (attribute-keyed) at a given time."""
@@ -367,6 +416,10 @@ def new_job(supervisor_agent: str, worker_agent: str, topic: str = "assign.job",
     not_before = None if not_before_ms is None else require_time(not_before_ms,
                                                                    "not_before_ms")
     backoff = require_duration(retry_backoff_ms, "retry_backoff_ms")
+    if limit_key is not None:
+        check_limit_key(limit_key)
+    if unique_key is not None:
+        require_id(unique_key, "unique_key")
     deadline = None if deadline_ms is None else as_number(deadline_ms)
     if deadline is not None:
         deadline = require_int(int(deadline), "deadline_ms")
@@ -393,6 +446,7 @@ def new_job(supervisor_agent: str, worker_agent: str, topic: str = "assign.job",
             "completed_at_ms": now if status in rules.TERMINAL else None,
             "last_retry_at_ms": now if retries > 0 else None,
             "not_before_ms": not_before, "retry_backoff_ms": backoff,
+            "limit_key": limit_key, "unique_key": unique_key,
         }
 
     return make_row

@@ -10,14 +10,15 @@ is retried (or finished) without a sweeper of the application's own.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
-from sqlalchemy import Integer, bindparam, func, or_, select, update
+from sqlalchemy import CTE, Integer, bindparam, exists, func, or_, select, update
 
 from hubstore import assign_rules as rules
 from hubstore.dialects import SqlDialect
 from hubstore.execution import Prepared
 from hubstore.ids import now_ms
-from hubstore.models import AssignJob, table_of
+from hubstore.models import AssignJob, AssignLimit, table_of
 from hubstore.services.assign_hub import batch_size
 from hubstore.services.assigns import NOW, announce, running_times
 from hubstore.services.base import const
@@ -26,42 +27,86 @@ from hubstore.transaction import Scope, Transaction
 from hubstore.validation import require_id
 
 _jobs = table_of(AssignJob)
+_limits = table_of(AssignLimit)
 _c = _jobs.c
 #: A job with a start time is not due before it.
 _DUE = or_(_c.not_before_ms.is_(None), _c.not_before_ms <= NOW)
-#: The worker's next queued job, locked; PostgreSQL skips rows that other claimers hold
-#: (SQLite renders no FOR UPDATE: the claim runs under its database write lock).
-_NEXT_QUEUED = (
-    select(_c.job_id)
-    .where(_c.worker_agent == bindparam("p_worker"), _c.status == const(rules.CLAIMABLE),
-           _DUE)
-    .order_by(_c.priority.desc(), _c.created_at_ms, _c.job_id)
-    .limit(1)
-    .with_for_update(skip_locked=True))
-#: Claim in one statement: queued -> running as the transition table's rules write it
-#: (started now, the deadline now + timeout unless the job has one), guarded by status.
-CLAIM = Prepared(
-    update(_jobs)
-    .where(_c.job_id == _NEXT_QUEUED.scalar_subquery(), _c.status == const(rules.CLAIMABLE))
-    .values(status="running", updated_at_ms=NOW, **running_times())
-    .returning(*_c), _jobs)
-
-
 @functools.cache
-def _claim_many(sql: SqlDialect) -> Prepared:
-    """Claim up to p_limit of the worker's due queued jobs in one statement (the same
-    order, guard and values as CLAIM; PostgreSQL skips the rows other claimers hold).
-    The rows are picked once, in a materialized WITH query: an IN subquery with SKIP
-    LOCKED may be run again for each row by PostgreSQL's planner, and pick other rows
-    each time (more than the limit)."""
-    picked = sql.materialized(_NEXT_QUEUED.limit(bindparam("p_limit", type_=Integer))
-                              .cte("picked"))
+def claim_statement(sql: SqlDialect) -> Prepared:
+    """The claim, in one statement: up to p_limit of the worker's due queued jobs
+    (``not_before_ms`` passed), highest priority, then oldest, become running as the
+    transition table's rules write it (started now, the deadline now + timeout unless
+    the job has one), guarded by status; each job whose key has an assign limit
+    (revision 0014) only with room under it.
+
+    The worker's next jobs are picked (locked, skipping rows other claimers hold) among
+    those whose key had room when the statement began; of each key, no more than that
+    room, in claim order; a job of another key or of none is never held up behind
+    them. On SQLite that is the decision: the statement runs under the write lock. Where
+    transactions run side by side (row_locks), the keys' rows are then locked and their
+    room checked again on their newest version (another claimer may have taken it since
+    the statement's snapshot): a key whose room went keeps its picked jobs queued. The
+    trigger of revision 0014 counts each started job in its key's row.
+    """
+    rooms = _rooms(sql)
+    full = exists().where(rooms.c.key == _c.limit_key, rooms.c.free < 1)
+    candidates = sql.materialized(
+        select(_c.job_id, _c.limit_key, _c.priority, _c.created_at_ms)
+        .where(_c.worker_agent == bindparam("p_worker"), _c.status == const(rules.CLAIMABLE),
+               _DUE, or_(_c.limit_key.is_(None), ~full))
+        .order_by(_c.priority.desc(), _c.created_at_ms, _c.job_id)
+        .limit(bindparam("p_limit", type_=Integer))
+        .with_for_update(of=_jobs, skip_locked=True)
+        .cte("candidates"))
+    cand = candidates.c
+    ranked = select(
+        cand.job_id, cand.limit_key, rooms.c.key.label("limited"), rooms.c.free,
+        func.row_number().over(partition_by=cand.limit_key, order_by=(
+            cand.priority.desc(), cand.created_at_ms, cand.job_id)).label("rn"),
+    ).select_from(candidates.outerjoin(rooms, rooms.c.key == cand.limit_key)).cte("ranked")
+    picked = select(ranked.c.job_id, ranked.c.limit_key, ranked.c.limited).where(or_(
+        ranked.c.limited.is_(None), ranked.c.free.is_(None), ranked.c.rn <= ranked.c.free)
+    ).cte("picked")
+    chosen = select(picked.c.job_id)
+    # A job started in the room another one left is stamped no earlier than that one's
+    # end (revision 0014's released_at_ms), as read under the key's lock.
+    released: Any = (select(_limits.c.released_at_ms).where(_limits.c.key == _c.limit_key)
+                     .scalar_subquery())
+    if sql.row_locks:
+        wanted = (select(picked.c.limit_key, func.count().label("n"))
+                  .where(picked.c.limited.is_not(None)).group_by(picked.c.limit_key)
+                  .cte("wanted"))
+        slot = _limits.alias("slot")
+        slots = sql.materialized(
+            select(slot.c.key, slot.c.released_at_ms)
+            .select_from(slot.join(wanted, slot.c.key == wanted.c.limit_key))
+            .where(sql.limit_room_for(slot, wanted.c.n, NOW))
+            .with_for_update(of=slot).cte("slots"))
+        chosen = chosen.where(or_(picked.c.limited.is_(None),
+                                  picked.c.limit_key.in_(select(slots.c.key))))
+        released = (select(slots.c.released_at_ms).where(slots.c.key == _c.limit_key)
+                    .scalar_subquery())
+    start = sql.greater(NOW, released)
     return Prepared(
         update(_jobs)
-        .where(sql.one_of(_c.job_id, select(picked.c.job_id)),
-               _c.status == const(rules.CLAIMABLE))
-        .values(status="running", updated_at_ms=NOW, **running_times())
+        .where(sql.one_of(_c.job_id, chosen), _c.status == const(rules.CLAIMABLE))
+        .values(status="running", updated_at_ms=start, **running_times(start))
         .returning(*_c), _jobs)
+
+
+def _rooms(sql: SqlDialect) -> CTE:
+    """Each assign limit's room at p_now: how many more of its key's jobs may start
+    (its running room and its rate room, the lesser; NULL: no bound), computed once
+    per statement (a limit's recent starts counted by one grouped join)."""
+    limit = _limits.alias("lim")
+    each, start = sql.start_times(limit.c.starts_json)
+    recent = (select(limit.c.key, func.count(start).label("recent"))
+              .select_from(limit.outerjoin(each, start > NOW - limit.c.per_ms))
+              .group_by(limit.c.key).cte("recent_starts"))
+    c = _limits.c
+    return (select(c.key, sql.lesser(c.max_running - c.running,
+                                     c.max_starts - recent.c.recent).label("free"))
+            .select_from(_limits.join(recent, recent.c.key == c.key)).cte("rooms"))
 
 
 def _claim_order(job: AssignJob) -> tuple[int, int, str]:
@@ -73,13 +118,9 @@ def _claimed(uow: Transaction, worker_agent: str, limit: int | None, now: int
              ) -> list[AssignJob]:
     """Claim the worker's next job (``limit`` None) or up to ``limit`` of them, in
     claim order, their listeners told after the commit."""
-    params = {"p_worker": worker_agent, "p_now": now}
-    if limit is None:
-        one = CLAIM.instance(uow, params, AssignJob)
-        jobs = [] if one is None else [one]
-    else:
-        jobs = sorted(_claim_many(uow.sql).instances(uow, {**params, "p_limit": limit},
-                                                     AssignJob), key=_claim_order)
+    params = {"p_worker": worker_agent, "p_now": now, "p_limit": limit or 1}
+    statement = claim_statement(uow.sql)
+    jobs = sorted(statement.instances(uow, params, AssignJob), key=_claim_order)
     for job in jobs:
         announce(uow, job)
     return jobs
@@ -95,6 +136,24 @@ def _claim(scope: Scope, worker_agent: str, limit: int | None) -> list[AssignJob
             return _claimed(uow, worker_agent, limit, now)
     with scope.one_statement() as uow:
         return _claimed(uow, worker_agent, limit, now)
+
+
+#: A due job of the worker that no full limit holds: where claimers run side by side,
+#: a claim can find nothing while one is there (it lost a key's last room to another
+#: claimer after picking its jobs), and a waiter then claims again at once.
+_CLAIMABLE = Prepared(
+    select(_c.job_id)
+    .where(_c.worker_agent == bindparam("p_worker"), _c.status == const(rules.CLAIMABLE),
+           _DUE, or_(_c.limit_key.is_(None),
+                     _c.limit_key.not_in(bindparam("p_full", expanding=True))))
+    .limit(1))
+
+
+def claimable(scope: Scope, worker_agent: str, full: list[str]) -> bool:
+    """Whether the worker has a due queued job whose key is not one of ``full``."""
+    with scope.one_read() as uow:
+        return _CLAIMABLE.first(uow, {"p_worker": worker_agent, "p_now": now_ms(),
+                                      "p_full": full}) is not None
 
 
 def claim_next_assign(scope: Scope, worker_agent: str) -> AssignJob | None:

@@ -30,13 +30,22 @@ from hubstore.ids import now_ms
 from hubstore.models import TOPIC_FEED_WHERE, AssignJob, Message, MessageLog, table_of
 from hubstore.services.assign_hub import MAX_BATCH
 from hubstore.services.assigns import get_assign
-from hubstore.services.claims import claim_next_assign, claim_next_assigns, next_due_ms
+from hubstore.services.claims import (
+    claim_next_assign,
+    claim_next_assigns,
+    claimable,
+    next_due_ms,
+)
+from hubstore.services.limits import full_limits
 from hubstore.services.messages import feed_topics
 from hubstore.services.timeouts import next_rescue_ms, take_back_stalled
 from hubstore.transaction import Scope, Transaction
 from hubstore.validation import as_number, require_id, require_int, string_list
 
 MAX_FEED_BATCH = 1000
+#: How soon a waiter claims again when its claim found nothing but a job is there (it
+#: lost a limit's last room to another claimer: see claims.claimable).
+RACE_PAUSE_MS = 10
 CURSOR_PREFIX = "feed1:"
 _CURSOR = re.compile(r"feed1:(0|[1-9][0-9]{0,18})")
 
@@ -156,14 +165,30 @@ def monotonic_at(time_ms: int | None) -> float | None:
     return time.monotonic() + max(0, time_ms - now_ms()) / 1000
 
 
-def due_at(scope: Scope, worker_agent: str) -> float | None:
-    """The monotonic time a waiting claimer should look again without a wake-up: when
-    the worker's next scheduled job becomes due, or when a job's deadline passes (its
-    worker may have died: the claim then takes it back), whichever comes first."""
+@dataclass(frozen=True)
+class WaitPlan:
+    """How a claimer that found nothing waits: until ``due`` (a monotonic time, or None)
+    unless woken sooner by its worker's signal or by one of ``keys``."""
+
+    due: float | None
+    keys: frozenset[str]
+
+
+def wait_plan(scope: Scope, worker_agent: str) -> WaitPlan:
+    """When a waiting claimer should look again without a wake-up: when the worker's
+    next scheduled job becomes due, when a job's deadline passes (its worker may have
+    died: the claim then takes it back), or when a rate limit has room again, whichever
+    comes first; and the wake-ups to listen for: the worker's, and room freed under each
+    limit that is full now (its jobs are held)."""
+    now = now_ms()
     with scope.unit_of_work(write=False) as uow:
-        times = [t for t in (next_due_ms(uow, worker_agent), next_rescue_ms(uow))
+        full, reopen = full_limits(uow, now)
+        times = [t for t in (next_due_ms(uow, worker_agent), next_rescue_ms(uow), reopen)
                  if t is not None]
-    return monotonic_at(min(times)) if times else None
+        if uow.sql.row_locks and claimable(uow, worker_agent, full):
+            times.append(now + RACE_PAUSE_MS)  # (see claims.claimable)
+    keys = frozenset([signals.worker_key(worker_agent), *map(signals.limit_key, full)])
+    return WaitPlan(monotonic_at(min(times)) if times else None, keys)
 
 
 def result_keys(job: AssignJob) -> list[str]:
@@ -322,10 +347,11 @@ class WaitingOps:
                 sub.clear()
                 with self.unit_of_work() as uow:
                     jobs = claim(uow)
-                    due = None if jobs else due_at(uow, worker_agent)
-                if jobs:
+                    plan = None if jobs else wait_plan(uow, worker_agent)
+                if plan is None:
                     return jobs
-                if not pause(sub, deadline, due):
+                sub.keys = plan.keys
+                if not pause(sub, deadline, plan.due):
                     return []
 
     def wait_for_result(self, job_id: str, timeout_s: float | None = 30.0
