@@ -34,7 +34,8 @@ from hubstore.errors import (
 
 if TYPE_CHECKING:
     from hubstore.ids import uuidv7
-    from hubstore.results import AssignOutcome, Lease, LookupResult
+    from hubstore.results import AssignOutcome, AssignPage, Lease, LookupResult
+    from hubstore.services.waiting import MessageFeed
     from hubstore.store import HubStore
     from hubstore.types import AssignEvent
     from hubstore.uow import UnitOfWork
@@ -49,9 +50,11 @@ logging.getLogger("hubstore").addHandler(logging.NullHandler())
 _LAZY = {
     "AssignEvent": "hubstore.types",
     "AssignOutcome": "hubstore.results",
+    "AssignPage": "hubstore.results",
     "HubStore": "hubstore.store",
     "Lease": "hubstore.results",
     "LookupResult": "hubstore.results",
+    "MessageFeed": "hubstore.services.waiting",
     "UnitOfWork": "hubstore.uow",
     "uuidv7": "hubstore.ids",
 }
@@ -87,6 +90,7 @@ __all__ = [
     "AssignEvent",
     "AssignNotFound",
     "AssignOutcome",
+    "AssignPage",
     "DatabaseBusy",
     "DatabaseUnavailable",
     "DuplicateKey",
@@ -95,6 +99,7 @@ __all__ = [
     "IllegalTransition",
     "Lease",
     "LookupResult",
+    "MessageFeed",
     "ReadOnlyUnitOfWork",
     "RetryExhausted",
     "SchemaNotCurrent",

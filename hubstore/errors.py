@@ -214,6 +214,7 @@ def describe(value: object, width: int = 80) -> str:
 
 
 __all__ = [
+    "AssignCancelled",
     "AssignNotFound",
     "DatabaseBusy",
     "DatabaseUnavailable",

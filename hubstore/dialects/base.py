@@ -187,6 +187,11 @@ class SqlDialect(ABC):
     def refuse_writes(self, driver: Any, on: bool) -> None:
         """Make the open transaction on ``driver`` refuse writes, or allow them again."""
 
+    @abstractmethod
+    def begin_for_savepoint(self, driver: Any) -> None:
+        """Begin the application's transaction on ``driver`` unless the driver has begun
+        it, so that a SAVEPOINT made next is inside it."""
+
     def transaction_failed(self, conn: Connection) -> bool:
         """Whether the server aborted the transaction open on ``conn`` (it can only roll
         back)."""

@@ -151,6 +151,9 @@ class PostgreSQLDialect(SqlDialect):
             driver.execute("ROLLBACK TO SAVEPOINT hubstore_read_only; "
                            "RELEASE SAVEPOINT hubstore_read_only")
 
+    def begin_for_savepoint(self, driver: Any) -> None:
+        """Nothing: psycopg begins a transaction before any statement."""
+
     def end_failed_commit(self, driver: Any) -> None:
         """Nothing: SQLAlchemy's rollback ended it."""
 

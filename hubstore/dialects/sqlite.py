@@ -25,6 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import sqlite
 
 from hubstore.dialects.base import SqlDialect, const
+from hubstore.sqlite import begin_statement
 
 #: What json_type() says for each kind of a context filter's value.
 _JSON_TYPES = {"text": ("text",), "number": ("integer", "real")}
@@ -127,6 +128,12 @@ class SQLiteDialect(SqlDialect):
 
     def refuse_writes(self, driver: Any, on: bool) -> None:
         driver.execute(f"PRAGMA query_only = {1 if on else 0}")  # (a pragma: not counted)
+
+    def begin_for_savepoint(self, driver: Any) -> None:
+        """pysqlite begins only before its first INSERT, UPDATE or DELETE: a SAVEPOINT
+        before that would be the transaction itself, and its RELEASE a commit."""
+        if not driver.in_transaction:
+            driver.execute(begin_statement(True))
 
     def end_failed_commit(self, driver: Any) -> None:
         if driver.in_transaction:  # SQLAlchemy left a failed COMMIT's open
