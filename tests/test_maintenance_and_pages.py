@@ -34,10 +34,11 @@ def test_one_round_runs_every_sweep(store: HubStore) -> None:
     store.register_agent("gone", "codex", heartbeat_ttl_ms=0)
     assert sweep_once(store) == {
         "agents_offline": 0, "agents_stale": 1, "assigns_retried": 2,
-        "assigns_timed_out": 3, "expired_human_requests": 1, "expired_messages": 1}
+        "assigns_timed_out": 3, "expired_human_requests": 1, "expired_messages": 1,
+        "schedules_queued": 0}
     assert sweep_once(store) == {
         "agents_offline": 0, "agents_stale": 0, "assigns_retried": 0, "assigns_timed_out": 0,
-        "expired_human_requests": 0, "expired_messages": 0}
+        "expired_human_requests": 0, "expired_messages": 0, "schedules_queued": 0}
 
 
 def test_a_round_takes_every_due_job_batch_after_batch(store: HubStore) -> None:

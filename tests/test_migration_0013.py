@@ -73,9 +73,10 @@ def test_a_triflux_files_inline_check_is_widened_in_place(tmp_path: Path,
     migrations.upgrade(url, "0012")
     original = _assign_jobs_sql(path)
     assert "CHECK (status IN ('queued','running','succeeded','failed','timed_out'))" in original
-    migrations.upgrade(url)
+    migrations.upgrade(url, "0013")
     widened = _assign_jobs_sql(path)
     assert widened == original.replace("'timed_out')", "'timed_out', 'cancelled')")
+    migrations.upgrade(url)
     with HubStore.open(url) as store:
         job = store.assign_async("lead", "w1")
         assert present(store.cancel_assign(job.job_id)).status == "cancelled"
