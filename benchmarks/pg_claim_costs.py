@@ -47,7 +47,7 @@ VARIANTS: tuple[tuple[str, str | None], ...] = (
 
 def measure(url: str, processes: int, jobs: int, repeat: int) -> dict[str, list[float]]:
     """jobs/s of each variant, per repeat; every run claims each job exactly once."""
-    args = argparse.Namespace(jobs=jobs, processes=processes)
+    args = argparse.Namespace(jobs=jobs, processes=processes, claim_batch=1)
     rates: dict[str, list[float]] = {name: [] for name, _ in VARIANTS}
     for _ in range(repeat):
         for name, change in VARIANTS:

@@ -16,6 +16,7 @@ from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
 from hubstore.errors import (
+    AssignCancelled,
     AssignNotFound,
     DatabaseBusy,
     DatabaseUnavailable,
@@ -33,8 +34,10 @@ from hubstore.errors import (
 
 if TYPE_CHECKING:
     from hubstore.ids import uuidv7
-    from hubstore.results import AssignOutcome, Lease, LookupResult
+    from hubstore.results import AssignOutcome, AssignPage, Lease, LookupResult
+    from hubstore.services.waiting import MessageFeed
     from hubstore.store import HubStore
+    from hubstore.types import AssignEvent
     from hubstore.uow import UnitOfWork
 
     #: The installed distribution's version (pyproject.toml's ``version``).
@@ -45,10 +48,13 @@ logging.getLogger("hubstore").addHandler(logging.NullHandler())
 
 #: The public names imported on first use: name -> the module that defines it.
 _LAZY = {
+    "AssignEvent": "hubstore.types",
     "AssignOutcome": "hubstore.results",
+    "AssignPage": "hubstore.results",
     "HubStore": "hubstore.store",
     "Lease": "hubstore.results",
     "LookupResult": "hubstore.results",
+    "MessageFeed": "hubstore.services.waiting",
     "UnitOfWork": "hubstore.uow",
     "uuidv7": "hubstore.ids",
 }
@@ -80,8 +86,11 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "AssignCancelled",
+    "AssignEvent",
     "AssignNotFound",
     "AssignOutcome",
+    "AssignPage",
     "DatabaseBusy",
     "DatabaseUnavailable",
     "DuplicateKey",
@@ -90,6 +99,7 @@ __all__ = [
     "IllegalTransition",
     "Lease",
     "LookupResult",
+    "MessageFeed",
     "ReadOnlyUnitOfWork",
     "RetryExhausted",
     "SchemaNotCurrent",

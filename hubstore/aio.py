@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from sqlalchemy.engine import URL
 
+from hubstore import assign_rules as rules
 from hubstore import signals
 from hubstore.aio_methods import AsyncOperations
 from hubstore.database import AssignListener
@@ -55,7 +56,9 @@ from hubstore.services.waiting import (
     MessageFeed,
     check_batch,
     deadline_after,
-    due_at,
+    look_for_result,
+    result_keys,
+    wait_plan,
     wait_s,
 )
 from hubstore.store import HubStore
@@ -359,8 +362,9 @@ class AsyncHubStore(AsyncOperations):
                 jobs = await self._claim_jobs(worker_agent, limit)
                 if jobs:
                     return jobs
-                due = await self._call(due_at, self.sync, worker_agent)
-                if not await wake.pause(deadline, due):
+                plan = await self._call(wait_plan, self.sync, worker_agent)
+                wake.sub.keys = plan.keys
+                if not await wake.pause(deadline, plan.due):
                     return []
 
     async def _claim_jobs(self, worker_agent: str, limit: int | None) -> list[AssignJob]:
@@ -416,6 +420,23 @@ class AsyncHubStore(AsyncOperations):
         require_id(worker_agent, "worker_agent")
         require_int(limit, "limit", minimum=1, maximum=MAX_BATCH)
         return await self._wait_claiming(worker_agent, limit, timeout_s)
+
+    async def wait_for_result(self, job_id: str, timeout_s: float | None = 30.0
+                              ) -> AssignJob | None:
+        """:meth:`HubStore.wait_for_result` without blocking the event loop."""
+        require_id(job_id, "job_id")
+        deadline = deadline_after(timeout_s)
+        job, due = await self._call(look_for_result, self.sync, job_id)
+        if job.status in rules.TERMINAL:
+            return job
+        async with _Wake(self, signals.MESSAGES, result_keys(job)) as wake:
+            while True:
+                wake.clear()
+                job, due = await self._call(look_for_result, self.sync, job_id)
+                if job.status in rules.TERMINAL:
+                    return job
+                if not await wake.pause(deadline, due):
+                    return None
 
     async def message_feed(self, agent_id: str, include_topics: Iterable[str] | None = None,
                            cursor: str | None = None) -> AsyncMessageFeed:

@@ -14,13 +14,15 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, Unpack
 from hubstore.models import (
     Agent,
     AssignJob,
+    AssignLimit,
+    AssignSchedule,
     DeadLetter,
     HumanRequest,
     Message,
     PipelineState,
     ReflexionEntry,
 )
-from hubstore.results import AssignOutcome, Lease
+from hubstore.results import AssignOutcome, AssignPage, Lease
 from hubstore.services.messages import DEFAULT_POLL
 from hubstore.services.reflexion import THIRTY_DAYS_MS
 from hubstore.services.retention import Progress
@@ -313,6 +315,20 @@ class AsyncOperations:
         """Await :meth:`HubStore.get_dead_letters`: Dead letters, newest first."""
         return await self._call(self._sync_ops().get_dead_letters, limit)
 
+    async def requeue_dead_letter(self, message_id: str) -> bool:
+        """Await :meth:`HubStore.requeue_dead_letter`: Put a dead letter's message back to
+        queued, with a fresh expiry (now plus its ``ttl_ms``, so the next expiry sweep does
+        not take it straight back), and remove the dead letter. True when there was a dead
+        letter; a message without one is untouched.
+        """
+        return await self._call(self._sync_ops().requeue_dead_letter, message_id)
+
+    async def discard_dead_letter(self, message_id: str) -> bool:
+        """Await :meth:`HubStore.discard_dead_letter`: Remove a dead letter; its message
+        stays, with status dead_letter (until pruned). True when there was one.
+        """
+        return await self._call(self._sync_ops().discard_dead_letter, message_id)
+
     async def create_assign(
         self,
         supervisor_agent: str,
@@ -336,6 +352,8 @@ class AsyncOperations:
         job_id: str | None = None,
         not_before_ms: int | None = None,
         retry_backoff_ms: int = 0,
+        limit_key: str | None = None,
+        unique_key: str | None = None,
     ) -> AssignJob:
         """Await :meth:`HubStore.create_assign`: A new job. Priority, timeout and ttl are
         clamped, as in the reference (JavaScript's Number() reads them: a non-number falls
@@ -364,6 +382,8 @@ class AsyncOperations:
             job_id,
             not_before_ms,
             retry_backoff_ms,
+            limit_key,
+            unique_key,
         )
 
     async def get_assign(self, job_id: str) -> AssignJob | None:
@@ -403,6 +423,36 @@ class AsyncOperations:
             correlation_id,
             active_before_ms,
             limit,
+        )
+
+    async def page_assigns(
+        self,
+        supervisor_agent: str | None = None,
+        worker_agent: str | None = None,
+        status: AssignStatus | None = None,
+        statuses: Sequence[AssignStatus] | None = None,
+        trace_id: str | None = None,
+        correlation_id: str | None = None,
+        active_before_ms: int | None = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> AssignPage:
+        """Await :meth:`HubStore.page_assigns`: A page of the jobs matching every given
+        filter (``list_assigns``'), most recently updated first: ``limit`` jobs
+        (1..MAX_PAGE) after the cursor ``after`` (None: from the newest), and the cursor of
+        the next page (None after the last).
+        """
+        return await self._call(
+            self._sync_ops().page_assigns,
+            supervisor_agent,
+            worker_agent,
+            status,
+            statuses,
+            trace_id,
+            correlation_id,
+            active_before_ms,
+            limit,
+            after,
         )
 
     async def retry_assign(self, job_id: str, **patch: Unpack[AssignPatch]) -> AssignJob | None:
@@ -446,21 +496,27 @@ class AsyncOperations:
         )
 
     async def schedule_assign_retry(
-        self, job_id: str, reason: str = "manual", requested_by: str = "manual"
+        self,
+        job_id: str,
+        reason: str = "manual",
+        requested_by: str = "manual",
+        *,
+        force: bool = False,
     ) -> AssignJob:
         """Await :meth:`HubStore.schedule_assign_retry`: Re-queue a failed or timed-out job
         and dispatch it again.
         """
         return await self._call(
-            self._sync_ops().schedule_assign_retry, job_id, reason, requested_by
+            self._sync_ops().schedule_assign_retry, job_id, reason, requested_by, force=force
         )
 
     async def sweep_timed_out_assigns(self, now_ms: int | None = None) -> dict[str, int]:
         """Await :meth:`HubStore.sweep_timed_out_assigns`: Queued or running jobs whose
-        deadline is at or before ``now_ms`` time out, and are retried while retries remain.
-        As in the reference, one call takes at most SWEEP_BATCH (100) due jobs, the most
-        recently updated first; a job retried here is not swept again by the same call (the
-        due jobs are chosen once, up front).
+        deadline is at or before ``now_ms`` time out, and are retried while retries remain
+        (the retry's back-off and deadline counted from ``now_ms``). As in the reference,
+        one call takes at most SWEEP_BATCH (100) due jobs, the most recently updated first;
+        a job retried here is not swept again by the same call (the due jobs are chosen
+        once, up front).
         """
         return await self._call(self._sync_ops().sweep_timed_out_assigns, now_ms)
 
@@ -492,7 +548,7 @@ class AsyncOperations:
         """Await :meth:`HubStore.claim_next_assigns`: Up to ``limit`` of the worker's due
         queued jobs, now running, in one statement, in claim order (as ``claim_next_assign``
         would take them one by one). Two claimers never get the same job. An empty list when
-        none is queued.
+        none is queued. Stalled jobs are taken back first, as in ``claim_next_assign``.
         """
         return await self._call(self._sync_ops().claim_next_assigns, worker_agent, limit)
 
@@ -505,6 +561,124 @@ class AsyncOperations:
         own), in one transaction: every report, or (when one raises) none of them.
         """
         return await self._call(self._sync_ops().report_assign_results, reports, worker_agent)
+
+    async def touch_assign(
+        self, job_id: str, worker_agent: str, attempt: int, extend_ms: int | None = None
+    ) -> AssignJob:
+        """Await :meth:`HubStore.touch_assign`: The worker's heartbeat for a long job: its
+        deadline moved to now + ``extend_ms`` (default: the job's timeout_ms), so that it is
+        not timed out and taken back while its worker lives. Returns the job.
+        """
+        return await self._call(
+            self._sync_ops().touch_assign, job_id, worker_agent, attempt, extend_ms
+        )
+
+    async def finish_assign(
+        self,
+        job: AssignJob,
+        status: str,
+        result: Any = None,
+        error: Any = None,
+        metadata: dict[str, Any] | None = None,
+    ) -> AssignOutcome:
+        """Await :meth:`HubStore.finish_assign`: A worker's report on the job it claimed
+        (``report_assign_result`` with the job's own worker and attempt, so both are always
+        checked): progress, a final result, or a failure that may be retried. A report on an
+        attempt that was since timed out and retried raises StaleAttempt; on a cancelled
+        job, AssignCancelled.
+        """
+        return await self._call(
+            self._sync_ops().finish_assign, job, status, result, error, metadata
+        )
+
+    async def cancel_assign(self, job_id: str, reason: str | None = None) -> AssignJob | None:
+        """Await :meth:`HubStore.cancel_assign`: Cancel a queued or running job: it becomes
+        ``cancelled`` (terminal: never claimed, retried or reported again; its worker's next
+        touch or report raises AssignCancelled), its error says so (with ``reason``), and
+        the supervisor gets the job's 'completed' event with status 'cancelled'. None for an
+        unknown job; a job cancelled already is returned as it is; IllegalTransition from
+        another end.
+        """
+        return await self._call(self._sync_ops().cancel_assign, job_id, reason)
+
+    async def set_assign_limit(
+        self,
+        key: str,
+        max_running: int | None = None,
+        max_starts: int | None = None,
+        per_ms: int | None = None,
+    ) -> AssignLimit:
+        """Await :meth:`HubStore.set_assign_limit`: Set (or replace) the limit of ``key``:
+        at most ``max_running`` of its jobs running at once, at most ``max_starts`` started
+        in any ``per_ms`` milliseconds (None: no such bound; a limit has at least one). Jobs
+        name their key when queued (``limit_key=``). Returns the limit, with its key's
+        running count and recent starts counted anew. Waiting claimers whose jobs it held
+        look again.
+        """
+        return await self._call(
+            self._sync_ops().set_assign_limit, key, max_running, max_starts, per_ms
+        )
+
+    async def get_assign_limits(self) -> dict[str, AssignLimit]:
+        """Await :meth:`HubStore.get_assign_limits`: Every limit by its key (in key order),
+        each with its key's running count and start times as they are now
+        (``limit.recent_starts(now)``, ``limit.to_dict()``).
+        """
+        return await self._call(self._sync_ops().get_assign_limits)
+
+    async def remove_assign_limit(self, key: str) -> bool:
+        """Await :meth:`HubStore.remove_assign_limit`: Remove the limit of ``key`` (its jobs
+        run unbounded from now on); True when there was one. Waiting claimers whose jobs it
+        held look again.
+        """
+        return await self._call(self._sync_ops().remove_assign_limit, key)
+
+    async def set_assign_schedule(
+        self,
+        name: str,
+        supervisor_agent: str,
+        worker_agent: str,
+        *,
+        cron: str | None = None,
+        every_ms: int | None = None,
+        **job: Any,
+    ) -> AssignSchedule:
+        """Await :meth:`HubStore.set_assign_schedule`: Queue an assign from
+        ``supervisor_agent`` to ``worker_agent`` at every tick of ``cron`` (a cron
+        expression, UTC) or every ``every_ms`` milliseconds (exactly one of the two);
+        ``job`` holds assign_async's keyword arguments for each job (task, payload,
+        priority, max_retries, timeout_ms, limit_key, unique_key, ...). Replaces the
+        schedule of that name; its next tick is the first after now.
+        """
+        return await self._call(
+            self._sync_ops().set_assign_schedule,
+            name,
+            supervisor_agent,
+            worker_agent,
+            cron=cron,
+            every_ms=every_ms,
+            **job,
+        )
+
+    async def get_assign_schedules(self) -> dict[str, AssignSchedule]:
+        """Await :meth:`HubStore.get_assign_schedules`: Every schedule by its name (in name
+        order).
+        """
+        return await self._call(self._sync_ops().get_assign_schedules)
+
+    async def remove_assign_schedule(self, name: str) -> bool:
+        """Await :meth:`HubStore.remove_assign_schedule`: Remove the schedule ``name`` (jobs
+        it queued stay); True when there was one.
+        """
+        return await self._call(self._sync_ops().remove_assign_schedule, name)
+
+    async def run_due_schedules(self, now_ms: int | None = None) -> list[AssignJob]:
+        """Await :meth:`HubStore.run_due_schedules`: Queue the job of every schedule whose
+        tick has come (at most RUN_BATCH), once per tick whatever the number of processes
+        doing it; the jobs queued. Ticks missed while nothing ran are one job, for the
+        latest of them.
+        """
+        return await self._call(self._sync_ops().run_due_schedules, now_ms)
 
     async def add_reflexion(
         self,
@@ -636,9 +810,11 @@ class AsyncOperations:
         """
         return await self._call(self._sync_ops().get_delivery_stats, now_ms)
 
-    async def get_hub_stats(self) -> dict[str, int]:
+    async def get_hub_stats(self) -> dict[str, Any]:
         """Await :meth:`HubStore.get_hub_stats`: Online agents, messages, active assign jobs
-        and the queue depths.
+        and the queue depths (the reference's figures); where assign limits exist, also
+        ``assign_limits``: each key's limit, its running jobs and its starts in the last
+        window (``AssignLimit.to_dict()`` but the key).
         """
         return await self._call(self._sync_ops().get_hub_stats)
 

@@ -1,11 +1,11 @@
 """The assign-job state machine, pure: no I/O, no clock.
 
-    queued  -> running | succeeded | failed | timed_out
-    running -> running (progress) | succeeded | failed | timed_out
+    queued  -> running | succeeded | failed | timed_out | cancelled
+    running -> running (progress) | succeeded | failed | timed_out | cancelled
     failed, timed_out -> queued      (by a retry only)
     running -> queued                (by a put-back only: a claim whose waiter was
                                       cancelled before it got the job)
-    succeeded: final
+    succeeded, cancelled: final
 
 Every statement that moves a job takes its source statuses from this table
 (:func:`allowed_sources`), and its written values from :func:`next_values`,
@@ -17,7 +17,6 @@ Repeating the move that made a job terminal (same status) is a no-op.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
@@ -25,14 +24,16 @@ from hubstore.errors import IllegalTransition, ValidationError, describe
 from hubstore.types import AssignEvent
 from hubstore.validation import clamp, counter, refuse_unknown
 
-TERMINAL = frozenset({"succeeded", "failed", "timed_out"})
+TERMINAL = frozenset({"succeeded", "failed", "timed_out", "cancelled"})
 
 TRANSITIONS: Mapping[str, frozenset[str]] = {
-    "queued": frozenset({"running", "succeeded", "failed", "timed_out"}),
-    "running": frozenset({"running", "succeeded", "failed", "timed_out", "queued"}),
+    "queued": frozenset({"running", "succeeded", "failed", "timed_out", "cancelled"}),
+    "running": frozenset({"running", "succeeded", "failed", "timed_out", "cancelled",
+                          "queued"}),
     "failed": frozenset({"queued"}),
     "timed_out": frozenset({"queued"}),
     "succeeded": frozenset(),
+    "cancelled": frozenset(),
 }
 #: Moves that only a retry may make.
 RETRY_ONLY = frozenset({("failed", "queued"), ("timed_out", "queued")})
@@ -45,6 +46,8 @@ MIN_TIMEOUT_MS = 1_000
 MAX_TIMEOUT_MS = 86_400_000
 DEFAULT_TIMEOUT_MS = 600_000
 TIMED_OUT_ERROR = {"message": "assign job timed out"}
+#: The error a cancelled job gets (with the reason, when one is given).
+CANCELLED_ERROR = {"message": "assign job cancelled"}
 
 
 class Move(Enum):
@@ -284,10 +287,49 @@ def put_back_values(current: Mapping[str, Any], claimed_at: int, now: int
                             else deadline)}
 
 
+def _civil_date(days: int) -> tuple[int, int, int]:
+    """(year, month, day) of the proleptic Gregorian date ``days`` after 1970-01-01, for
+    any number of days (datetime stops at year 9999): H. Hinnant's civil_from_days."""
+    z = days + 719_468
+    era = z // 146_097
+    doe = z - era * 146_097
+    yoe = (doe - doe // 1_460 + doe // 36_524 - doe // 146_096) // 365
+    doy = doe - (365 * yoe + yoe // 4 - yoe // 100)
+    mp = (5 * doy + 2) // 153
+    month = mp + 3 if mp < 10 else mp - 9
+    return yoe + era * 400 + (month <= 2), month, doy - (153 * mp + 2) // 5 + 1
+
+
+def held_until(job: Mapping[str, Any], now: int) -> tuple[int, str] | None:
+    """Why a queued job is not claimed yet, by time: (when it becomes due, why: "back-off"
+    after a retry, else "scheduled"); None when it is not queued or is due now."""
+    not_before = job["not_before_ms"]
+    if job["status"] != CLAIMABLE or not_before is None or not_before <= now:
+        return None
+    retried = job["retry_count"] > 0 and job["last_retry_at_ms"] is not None \
+        and job["retry_backoff_ms"] > 0
+    return not_before, "back-off" if retried else "scheduled"
+
+
+def duration_text(ms: int) -> str:
+    """A duration for people, in the largest whole unit: 30d, 12h, 15m, 45s or 250ms."""
+    for unit, size in (("d", 86_400_000), ("h", 3_600_000), ("m", 60_000), ("s", 1_000)):
+        if ms and ms % size == 0:
+            return f"{ms // size}{unit}"
+    return f"{ms}ms"
+
+
 def iso_timestamp(ms: int) -> str:
-    """JavaScript's ``new Date(ms).toISOString()``."""
-    moment = datetime.fromtimestamp(ms // 1000, tz=UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
+    """JavaScript's ``new Date(ms).toISOString()``, years outside 0..9999 written as it
+    writes them (``+033658-09-27T01:46:40.000Z``)."""
+    days, rest = divmod(ms, 86_400_000)
+    year, month, day = _civil_date(days)
+    hour, rest = divmod(rest, 3_600_000)
+    minute, rest = divmod(rest, 60_000)
+    second, milli = divmod(rest, 1_000)
+    shown = f"{year:04d}" if 0 <= year <= 9999 else f"{'+' if year > 0 else '-'}{abs(year):06d}"
+    return (f"{shown}-{month:02d}-{day:02d}T{hour:02d}:{minute:02d}:{second:02d}."
+            f"{milli:03d}Z")
 
 
 def status_event(job: Mapping[str, Any]) -> AssignEvent:

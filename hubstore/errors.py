@@ -39,6 +39,13 @@ class StaleAttempt(HubStoreError):
     code = "ASSIGN_ATTEMPT_MISMATCH"
 
 
+class AssignCancelled(HubStoreError):
+    """A worker reported on, or touched, a job that was cancelled (``cancel_assign``):
+    the job is no longer its to run."""
+
+    code = "ASSIGN_CANCELLED"
+
+
 class RetryExhausted(HubStoreError):
     """A retry was asked for but the job has used all its retries."""
 
@@ -215,6 +222,7 @@ def describe(value: object, width: int = 80) -> str:
 
 
 __all__ = [
+    "AssignCancelled",
     "AssignNotFound",
     "DatabaseBusy",
     "DatabaseUnavailable",

@@ -1,10 +1,13 @@
 """How a statement runs: the one place that knows SQLAlchemy's execution layer and the
-drivers under it. Services run every statement through this module:
+drivers under it. Services run every statement of their unit of work through this
+module, never through ``uow.connection``, ``uow.session`` or ``uow.driver``
+(docs/architecture.md, "How a statement runs"; tests/test_architecture.py checks it):
 
-- :class:`Prepared` for a statement built once (the hot paths, and every statement
-  whose shape is known up front);
-- :func:`execute`, :func:`scalar` and :func:`scalars` for a statement built per call
-  (filters that vary), through SQLAlchemy's execution layer;
+- :class:`Prepared` on the hot paths (the store calls a hub makes for each message, job
+  or agent), built once: at import, or once per shape in a cached function;
+- :func:`execute`, :func:`scalar` and :func:`scalars` for every other Core statement
+  (built per call, or built once off the hot paths), through SQLAlchemy's execution
+  layer;
 - :func:`get`, :func:`load` and :func:`add` for the ORM's objects, through the unit of
   work's Session (its identity map: the same row is the same object in one unit of work).
 

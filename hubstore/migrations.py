@@ -341,10 +341,13 @@ class VersionTables(NamedTuple):
     def holders(self, known: Callable[[str], bool]) -> list[str]:
         """The tables that hold a revision of this hubstore: every row a known revision.
         ``alembic_version`` is shared with other applications, so there a known-looking
-        revision counts only beside the hub tables (an application's "0003" is not ours)."""
+        revision counts only beside the hub tables, and only while no version table of
+        hubstore's own holds a row: hubstore never keeps its revision in two tables, so
+        beside one, ``alembic_version`` is the application's (its "0003" is not ours)."""
+        own = any(rows for t, rows in self.rows.items() if t != DEFAULT_VERSION_TABLE)
         return [t for t, rows in self.rows.items()
                 if rows and all(known(r) for r in rows)
-                and (t != DEFAULT_VERSION_TABLE or self.hub_tables)]
+                and (t != DEFAULT_VERSION_TABLE or (self.hub_tables and not own))]
 
     def foreign(self, table: str, known: Callable[[str], bool]) -> Sequence[str]:
         """The rows of ``table`` when they are not a revision of this hubstore."""
@@ -401,7 +404,8 @@ def locate_revision(conn: Connection, version_table: str | None = None) -> Locat
     """Where the database on ``conn`` keeps hubstore's revision. Reads only.
 
     - The table whose rows are all revisions of this hubstore (``alembic_version`` only
-      beside the hub tables). Two such tables: UnknownSchema (hubstore will not guess).
+      beside the hub tables, and only while no version table of hubstore's own holds a
+      row: beside one, it is an application's). Two such tables: UnknownSchema.
     - Else hubstore's own table (``version_table``, then ``hubstore_alembic_version``)
       when it exists: empty (None), or a revision this hubstore does not know (a newer
       hubstore's, which :func:`require_current` names).

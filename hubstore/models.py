@@ -25,6 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from hubstore import types
+from hubstore.ids import now_ms
 from hubstore.jsontype import JSONText
 
 NAMING_CONVENTION = {
@@ -253,12 +254,118 @@ class AssignJob(Base):
     #: The first retry waits this long, each later one twice the one before.
     retry_backoff_ms: Mapped[int] = mapped_column(Millis, server_default=text("0"),
                                                   info=dict(HUBSTORE_ONLY))
+    # hubstore's own (revision 0014):
+    #: The quota the job counts against (an AssignLimit's key; None: unlimited).
+    limit_key: Mapped[str | None] = mapped_column(Text, info=dict(HUBSTORE_ONLY))
+    #: While the job is queued or running, no other job has this key (None: no key).
+    unique_key: Mapped[str | None] = mapped_column(Text, info=dict(HUBSTORE_ONLY))
+
+    @property
+    def deduplicated(self) -> bool:
+        """True when the assign call that returned this job found it queued or running
+        under its ``unique_key`` and wrote no new one; False for a job it wrote (and for
+        every job read otherwise)."""
+        return bool(self.__dict__.get(DEDUPLICATED, False))
 
 
+#: The instance attribute behind AssignJob.deduplicated (set by the assign calls).
+DEDUPLICATED = "_hubstore_deduplicated"
+#: The statuses a unique key holds in (revision 0014's partial unique index).
+LIVE_WHERE = "unique_key IS NOT NULL AND status IN ('queued', 'running')"
+Index("ux_assign_jobs_unique_key", AssignJob.unique_key, unique=True,
+      sqlite_where=text(LIVE_WHERE), postgresql_where=text(LIVE_WHERE))
+Index("ix_assign_jobs_limit_key", AssignJob.limit_key, AssignJob.started_at_ms,
+      sqlite_where=text("limit_key IS NOT NULL"), postgresql_where=text("limit_key IS NOT NULL"))
 Index("idx_assign_jobs_status", AssignJob.status, AssignJob.updated_at_ms.desc())
 Index("idx_assign_jobs_supervisor", AssignJob.supervisor_agent, AssignJob.updated_at_ms.desc())
 Index("idx_assign_jobs_worker", AssignJob.worker_agent, AssignJob.updated_at_ms.desc())
 Index("idx_assign_jobs_deadline", AssignJob.deadline_ms, AssignJob.status)
+
+
+class AssignLimit(Base):
+    """A quota (revision 0014): at most ``max_running`` of the jobs whose ``limit_key`` is
+    ``key`` running at once, and at most ``max_starts`` of them started in any
+    ``per_ms``. Claims skip a job whose key has no room (services/claims.py).
+
+    ``running`` and ``starts`` (the start times of the key's recent jobs) are kept by
+    triggers on assign_jobs, whoever moves a job; ``set_assign_limit`` counts them again
+    from the jobs.
+    """
+
+    __tablename__ = "assign_limits"
+    __table_args__ = (
+        CheckConstraint("max_running IS NULL OR max_running >= 1", name="max_running"),
+        CheckConstraint("(max_starts IS NULL) = (per_ms IS NULL)", name="rate"),
+        CheckConstraint("max_starts IS NULL OR (max_starts >= 1 AND per_ms >= 1)",
+                        name="rate_positive"),
+    )
+
+    key: Mapped[str] = mapped_column(Text, primary_key=True)
+    max_running: Mapped[int | None] = mapped_column(BigInteger)
+    max_starts: Mapped[int | None] = mapped_column(BigInteger)
+    per_ms: Mapped[int | None] = mapped_column(Millis)
+    #: The key's jobs running now.
+    running: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    #: The start times (ms) of the key's most recent starts: on PostgreSQL sorted, the
+    #: ``max_starts`` newest; on SQLite those of the last two windows.
+    starts: Mapped[Any] = mapped_column("starts_json", JSONText("[]"),
+                                        server_default=text("'[]'"))
+    #: When one of the key's jobs last stopped running: a job started in the room it
+    #: left is stamped no earlier (services/claims.py).
+    released_at_ms: Mapped[int | None] = mapped_column(Millis)
+    created_at_ms: Mapped[int] = mapped_column(Millis)
+    updated_at_ms: Mapped[int] = mapped_column(Millis)
+
+    def recent_starts(self, now: int) -> int:
+        """How many of the key's jobs started in the ``per_ms`` before ``now`` (0 when
+        the limit has no rate)."""
+        if self.per_ms is None:
+            return 0
+        since = now - self.per_ms
+        return sum(1 for at in self.starts or [] if isinstance(at, int) and at > since)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The limit and its state now: key, max_running, max_starts, per_ms, running,
+        recent_starts."""
+        return {"key": self.key, "max_running": self.max_running,
+                "max_starts": self.max_starts, "per_ms": self.per_ms,
+                "running": self.running, "recent_starts": self.recent_starts(now_ms())}
+
+
+class AssignSchedule(Base):
+    """A periodic job (revision 0014): an assign queued at every tick of ``cron`` (a
+    five-field cron expression, UTC) or every ``every_ms``, by the hub's maintenance
+    (``run_due_schedules``), once per tick whatever the number of hub processes. After
+    downtime, the missed ticks are one job (see docs/quotas.md)."""
+
+    __tablename__ = "assign_schedules"
+    __table_args__ = (
+        CheckConstraint("(cron IS NULL) <> (every_ms IS NULL)", name="one_rule"),
+        CheckConstraint("every_ms IS NULL OR every_ms >= 1000", name="every_ms"),
+    )
+
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    cron: Mapped[str | None] = mapped_column(Text)
+    every_ms: Mapped[int | None] = mapped_column(Millis)
+    supervisor_agent: Mapped[str] = mapped_column(Text)
+    worker_agent: Mapped[str] = mapped_column(Text)
+    #: assign_async's keyword arguments for each job (task, payload, priority, ...).
+    job: Mapped[Any] = mapped_column("job_json", JSONText("{}"), server_default=text("'{}'"))
+    #: The next tick: when the next job is queued.
+    next_due_ms: Mapped[int] = mapped_column(Millis)
+    #: The tick of the last job queued, and that job.
+    last_due_ms: Mapped[int | None] = mapped_column(Millis)
+    last_job_id: Mapped[str | None] = mapped_column(Text)
+    created_at_ms: Mapped[int] = mapped_column(Millis)
+    updated_at_ms: Mapped[int] = mapped_column(Millis)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in (
+            "name", "cron", "every_ms", "supervisor_agent", "worker_agent", "job",
+            "next_due_ms", "last_due_ms", "last_job_id")}
+
+
+Index("ix_assign_schedules_due", AssignSchedule.next_due_ms)
 
 
 class PipelineState(Base):
@@ -362,6 +469,8 @@ def table_of(model: type[Base]) -> Table:
 __all__ = [
     "Agent",
     "AssignJob",
+    "AssignLimit",
+    "AssignSchedule",
     "Base",
     "DeadLetter",
     "HubMeta",

@@ -13,24 +13,34 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 
+from hubstore.database import Database
 from hubstore.dialects import SqlDialect
 from hubstore.services import (
     agents,
+    assign_control,
     assign_hub,
+    assign_listing,
     assigns,
+    claims,
     dead_letters,
     human_requests,
+    limits,
     messages,
     pipelines,
     reflexion,
     retention,
+    schedules,
     stats,
+    timeouts,
 )
 from hubstore.transaction import Transaction
 
 
 class HubOperations:
     """The store methods (see the module's docstring)."""
+
+    #: The store's shared state (set by the store and by the unit of work).
+    db: Database
 
     def unit_of_work(self, write: bool = True) -> AbstractContextManager[Transaction]:
         """The unit of work a method runs in."""
@@ -83,24 +93,41 @@ class HubOperations:
     # Dead letters
     move_to_dead_letter = dead_letters.move_to_dead_letter
     get_dead_letters = dead_letters.get_dead_letters
+    requeue_dead_letter = dead_letters.requeue_dead_letter
+    discard_dead_letter = dead_letters.discard_dead_letter
 
     # Assign jobs, store level
     create_assign = assigns.create_assign
     get_assign = assigns.get_assign
     update_assign_status = assigns.update_assign_status
-    list_assigns = assigns.list_assigns
+    list_assigns = assign_listing.list_assigns
+    page_assigns = assign_listing.page_assigns
     retry_assign = assigns.retry_assign
 
     # Assign jobs, hub rules
     assign_async = assign_hub.assign_async
     report_assign_result = assign_hub.report_assign_result
     schedule_assign_retry = assign_hub.schedule_assign_retry
-    sweep_timed_out_assigns = assign_hub.sweep_timed_out_assigns
-    claim_next_assign = assign_hub.claim_next_assign
-    next_due_ms = assign_hub.next_due_ms
+    sweep_timed_out_assigns = timeouts.sweep_timed_out_assigns
+    claim_next_assign = claims.claim_next_assign
+    next_due_ms = claims.next_due_ms
     assign_many = assign_hub.assign_many
-    claim_next_assigns = assign_hub.claim_next_assigns
+    claim_next_assigns = claims.claim_next_assigns
     report_assign_results = assign_hub.report_assign_results
+    touch_assign = assign_control.touch_assign
+    finish_assign = assign_control.finish_assign
+    cancel_assign = assign_control.cancel_assign
+
+    # Assign limits (provider quotas)
+    set_assign_limit = limits.set_assign_limit
+    get_assign_limits = limits.get_assign_limits
+    remove_assign_limit = limits.remove_assign_limit
+
+    # Periodic jobs
+    set_assign_schedule = schedules.set_assign_schedule
+    get_assign_schedules = schedules.get_assign_schedules
+    remove_assign_schedule = schedules.remove_assign_schedule
+    run_due_schedules = schedules.run_due_schedules
 
     # Reflexion
     add_reflexion = reflexion.add_reflexion

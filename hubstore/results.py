@@ -35,3 +35,12 @@ class AssignOutcome:
     job: AssignJob
     event: str
     message: Message | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AssignPage:
+    """One page of jobs (``page_assigns``): the jobs, most recently updated first, and
+    the cursor of the page after it (None when this one is the last)."""
+
+    jobs: list[AssignJob]
+    next: str | None

@@ -66,6 +66,11 @@ def topic_key(topic: str) -> str:
     return "t" + digest(topic)
 
 
+def limit_key(key: str) -> str:
+    """The NOTIFY payload of room freed under an assign limit (revision 0014's trigger)."""
+    return "l" + digest(key)
+
+
 class Subscription:
     """One waiter's interest: a channel and payload keys (None: any payload)."""
 

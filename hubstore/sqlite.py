@@ -53,7 +53,7 @@ WAL_AUTOCHECKPOINT = 10_000
 #: bytes through the WAL. Measured on fresh copies of one preload, alternating, 1 KiB
 #: against 4 KiB pages: audit_log 1.35x to 1.38x, assign lifecycle 1.16x to 1.24x,
 #: heartbeat, polls and figures 0.96x to 1.04x, a 3 KB payload written 1.20x and polled
-#: 0.93x (docs/performance.md). SQLite ignores it for a file that already has tables.
+#: 0.93x (benchmarks/HISTORY.md). SQLite ignores it for a file that already has tables.
 PAGE_SIZE = 1024
 
 

@@ -173,8 +173,9 @@ class HubStore(WaitingOps, HubOperations):
         when ``write``, so that an exception inside rolls back this block only.
 
         ``join``: the application's own Session (or Connection) on this database: the
-        unit of work runs in the application's transaction, which commits or rolls back
-        the hub's writes with its own (see docs/concurrency.md).
+        unit of work is a SAVEPOINT of the application's transaction (an exception
+        leaving it rolls back this block only), which commits or rolls back the hub's
+        writes with its own (see docs/concurrency.md).
         """
         if join is not None and not isinstance(join, Session | Connection):
             raise ValidationError(f"join takes the application's Session or Connection, "

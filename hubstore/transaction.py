@@ -405,16 +405,18 @@ class Transaction:
 
 class JoinedTransaction(Transaction):
     """A unit of work inside an application's own transaction: its Session's (or its
-    Connection's), on the same database. Nothing commits or rolls back here: the
-    application's commit commits the hub's writes with its own, its rollback undoes
-    both, and the assign status listeners run after the application's commit (never
-    after its rollback). Store calls made inside join it as usual (savepoints).
+    Connection's), on the same database. A writing block is a SAVEPOINT of that
+    transaction, as a nested unit of work is: an exception leaving it (or a statement of
+    its own that failed in it) rolls back the block's writes only, and the application's
+    transaction goes on (on PostgreSQL too). Nothing commits here: the application's
+    commit commits the hub's writes with its own, its rollback undoes both, and the
+    assign status listeners run after the application's commit (never after its
+    rollback, nor for a rolled-back block). Store calls made inside join it as usual.
 
-    The application's transaction is its own: on SQLite it begins as the application's
-    engine begins it (hubstore's engines begin writes IMMEDIATE; an application's
-    engine given to HubStore gets that set-up too), and hubstore's writers' lock is not
-    taken. A failed hub call leaves the application's transaction to the application
-    (on PostgreSQL it can then only roll back).
+    The application's transaction is its own: hubstore's writers' lock is not taken, and
+    it begins as the application's engine begins it. On SQLite a transaction the driver
+    has not begun yet (pysqlite begins one only before its first write) is begun by the
+    block (BEGIN IMMEDIATE when it writes), so that its SAVEPOINT is inside it.
     """
 
     def __init__(self, db: Database, joined: Connection | Session, *, write: bool = True
@@ -422,6 +424,8 @@ class JoinedTransaction(Transaction):
         super().__init__(db, write=write)
         #: The application's Session or Connection this unit of work runs in.
         self.joined = joined
+        #: The block in the application's transaction (a savepoint when it writes).
+        self._block: Frame[Self] | None = None
 
     def __enter__(self) -> Self:
         if self._entered:
@@ -449,19 +453,34 @@ class JoinedTransaction(Transaction):
                 f"join: the application's transaction is on {self._conn.engine.url!r}, "
                 f"not on this store's database {self.db.url!r}")
         self._frames.append(self.write)
+        try:
+            if self.write:
+                self.db.sql.begin_for_savepoint(self._conn.connection.driver_connection)
+            block = self._block = Frame(self, self.write, savepoint=self.write)
+            block.__enter__()
+        except BaseException as exc:
+            self._frames.clear()
+            raise self._translated(exc) from exc
         self._token = self.db.current_uow.set(self)
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        self.db.current_uow.reset(self._token)
-        self._frames.clear()
+        block, self._block = self._block, None
+        assert block is not None
+        try:
+            if exc is None:
+                try:  # a statement of its own failed in it: the block cannot succeed
+                    self._check_open(committing=True)
+                except HubStoreError as refused:
+                    block.__exit__(type(refused), refused, refused.__traceback__)
+                    raise
+            block.__exit__(exc_type, exc, tb)  # release, or roll back, the savepoint
+        finally:
+            self.db.current_uow.reset(self._token)
+            self._frames.clear()
         if exc is None:
             self._after_application_commit()
-            return
-        translated = self._translated(exc)
-        if translated is not exc:
-            raise translated from exc
 
     def _after_application_commit(self) -> None:
         """Hand the after-commit actions to the application's transaction: they run
@@ -543,8 +562,13 @@ class Frame(Generic[T]):
                 raise self._abandoned(exc) from exc
         elif self.savepoint:
             try:
-                self._savepoint = (uow._session.begin_nested() if uow._session is not None
-                                   else uow.connection.begin_nested())
+                session = uow._session
+                if session is not None:
+                    self._savepoint = session.begin_nested()
+                    session.connection()  # the SAVEPOINT now: store calls run on the
+                    # connection, not through the Session, which would emit it lazily
+                else:
+                    self._savepoint = uow.connection.begin_nested()
             except BaseException as exc:
                 uow._frames.pop()
                 raise uow._translated(exc) from exc
@@ -615,6 +639,11 @@ class Scope(Protocol):
     @property
     def sql(self) -> SqlDialect:
         """The dialect's SQL component (to choose a unit of work before opening it)."""
+        ...
+
+    @property
+    def db(self) -> Database:
+        """The store's shared state (its throttles, to decide before opening)."""
         ...
 
     def unit_of_work(self, write: bool = True) -> AbstractContextManager[Transaction]:

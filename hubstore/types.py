@@ -20,7 +20,7 @@ MessageStatus = Literal["queued", "delivered", "acked", "expired", "dead_letter"
 HumanKind = Literal["captcha", "approval", "credential", "choice", "text"]
 HumanState = Literal["pending", "accepted", "declined", "cancelled", "timed_out"]
 HumanDefaultAction = Literal["decline", "cancel", "timeout_continue"]
-AssignStatus = Literal["queued", "running", "succeeded", "failed", "timed_out"]
+AssignStatus = Literal["queued", "running", "succeeded", "failed", "timed_out", "cancelled"]
 #: What a worker may report (report_assign_result also takes any case and spacing).
 ReportedStatus = Literal[
     "running", "succeeded", "failed", "timed_out", "in_progress", "timeout", "error",

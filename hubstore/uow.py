@@ -15,7 +15,8 @@ from hubstore.transaction import JoinedTransaction, Transaction
 
 class UnitOfWork(Transaction, HubOperations):
     """One connection, one transaction, a Session on them, and every store method run
-    in that transaction (see :mod:`hubstore.transaction` for the transaction's rules)."""
+    in that transaction (``store.unit_of_work()`` makes one; docs/concurrency.md gives the
+    rules: nesting, read-only units of work, the Session, joining the application's)."""
 
 
 class JoinedUnitOfWork(JoinedTransaction, UnitOfWork):

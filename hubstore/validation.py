@@ -118,6 +118,13 @@ def optional_listen_url(value: object, what: str = "listen_url") -> object:
     return value
 
 
+def require_bool(value: object, what: str) -> bool:
+    """True or False (not 1, 0 or a string)."""
+    if not isinstance(value, bool):
+        raise ValidationError(f"{what} must be True or False, got {describe(value)}")
+    return value
+
+
 def require_enum(value: object, allowed: Iterable[str], what: str) -> str:
     """One of the allowed strings."""
     choices = tuple(allowed)

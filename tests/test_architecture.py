@@ -1,6 +1,7 @@
 """The package's architecture, as docs/architecture.md draws it: layers, no import
 circle, dialect differences in the dialect components, SQLAlchemy's private API in one
-module."""
+module, and how a statement runs (services through hubstore.execution only, each
+Prepared built once)."""
 
 from __future__ import annotations
 
@@ -111,6 +112,75 @@ def test_services_run_statements_through_the_execution_module_only() -> None:
         if found:
             reached[path.name] = found
     assert reached == {}
+
+
+def _builds_prepared(node: ast.AST) -> bool:
+    return any(isinstance(call, ast.Call) and (
+        (isinstance(call.func, ast.Name) and call.func.id == "Prepared")
+        or (isinstance(call.func, ast.Attribute) and call.func.attr == "Prepared"))
+        for call in ast.walk(node))
+
+
+def prepared_built_per_call(source: str) -> list[str]:
+    """The functions of ``source`` that build an ``execution.Prepared`` more than once:
+    those that are not cached (``functools.cache``, ``lru_cache``) and are called from
+    somewhere that is not built once itself (an uncached function, or another module).
+    A Prepared at module level, or in a function only cached ones call, is built once."""
+    functions = {node.name: node for node in ast.parse(source).body
+                 if isinstance(node, ast.FunctionDef)}
+    callers: dict[str, set[str | None]] = {name: set() for name in functions}
+    for caller, function in functions.items():
+        for call in ast.walk(function):
+            if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+                    and call.func.id in callers and call.func.id != caller):
+                callers[call.func.id].add(caller)
+
+    def once(name: str, seen: frozenset[str] = frozenset()) -> bool:
+        function = functions[name]
+        if any("cache" in ast.unparse(d) for d in function.decorator_list):
+            return True
+        return bool(callers[name]) and name not in seen and all(
+            caller is not None and once(caller, seen | {name}) for caller in callers[name])
+
+    return sorted(name for name, function in functions.items()
+                  if _builds_prepared(function) and not once(name))
+
+
+def test_the_prepared_scanner_finds_a_statement_built_per_call() -> None:
+    sample = '''
+import functools
+from hubstore import execution
+from hubstore.execution import Prepared
+
+AT_IMPORT = Prepared(select(t))
+
+@functools.cache
+def cached(sql): return Prepared(select(t))
+
+@functools.lru_cache(maxsize=8)
+def helped(sql): return helper(sql)
+
+def helper(sql): return Prepared(select(t))  # called from a cached function only
+
+def per_call(uow): return Prepared(select(t)).rows(uow)
+
+def by_module(uow): return execution.Prepared(select(t)).rows(uow)
+
+def shared(sql): return Prepared(select(t))  # one of its callers is not cached
+
+def uses_shared(uow): return shared(uow.sql).rows(uow)
+
+def exported(sql): return Prepared(select(t))  # called from another module, maybe
+'''
+    assert prepared_built_per_call(sample) == ["by_module", "exported", "per_call", "shared"]
+
+
+def test_a_prepared_statement_is_built_once() -> None:
+    """Prepared compiles its statement once and keeps it: built per call, it would cost
+    more than SQLAlchemy's execution layer, which caches compiled statements by shape."""
+    found = {path.name: names for path in sorted((PACKAGE / "services").glob("*.py"))
+             if (names := prepared_built_per_call(path.read_text(encoding="utf-8")))}
+    assert found == {}
 
 
 # --- no test or benchmark reaches for a private name of the package ---------------------

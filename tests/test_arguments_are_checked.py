@@ -16,6 +16,7 @@ from sqlalchemy import inspect as sa_inspect
 from hubstore import HubStore
 from hubstore.errors import DuplicateKey, ValidationError
 from hubstore.jsontype import MAX_JSON_DEPTH
+from hubstore.models import AssignJob
 from hubstore.validation import MAX_KEY_BYTES
 from tests.test_hostile_inputs import METHODS, nested, snapshot
 
@@ -34,6 +35,9 @@ VALID: dict[str, Any] = {
     "js_number": 5, "confidence": 0.5, "limit": 10, "bool": True, "reported": "succeeded",
     "statuses": ["queued"], "timeout": 0, "feed_batch": 10,
     "jobs": [{"task": "t"}], "reports": [{"job_id": "j-1", "status": "running"}],
+    "attempt": 1, "extend": None, "limit_key": "codex", "opt_count1": 2, "cron": None,
+    "every": 60_000, "page_cursor": None,
+    "claimed_job": AssignJob(job_id="j-1", worker_agent="agent-1", attempt=1),
 }
 
 
@@ -41,7 +45,7 @@ VALID: dict[str, Any] = {
 TEXT_KINDS = {"agent", "message", "job", "request", "entry", "team", "trace", "correlation",
               "topic", "text", "opt_text", "opt_id", "cli", "agent_status", "msg_type",
               "msg_status", "assign_status", "human_kind", "human_state", "human_action",
-              "reflexion_type", "reported"}
+              "reflexion_type", "reported", "limit_key"}
 
 
 def text_calls() -> list[tuple[str, str]]:
@@ -50,24 +54,24 @@ def text_calls() -> list[tuple[str, str]]:
             if kind in TEXT_KINDS and name != "ack_messages"]
 
 
-def call(store: HubStore, name: str, **override: Any) -> Any:
-    kwargs = {arg: VALID[kind] for arg, kind in METHODS[name].items()
+def call(store: HubStore, method: str, /, **override: Any) -> Any:
+    kwargs = {arg: VALID[kind] for arg, kind in METHODS[method].items()
               if arg != "**" and not arg.startswith("next.")}
     kwargs.update(override)
-    value = getattr(store, name)(**kwargs)
-    return value.next(timeout_s=0) if name == "message_feed" else value
+    value = getattr(store, method)(**kwargs)
+    return value.next(timeout_s=0) if method == "message_feed" else value
 
 
 def tables_of(store: HubStore) -> list[str]:
     return sorted(sa_inspect(store.engine).get_table_names())
 
 
-def refused(store: HubStore, name: str, match: str, **override: Any) -> ValidationError:
+def refused(store: HubStore, method: str, match: str, /, **override: Any) -> ValidationError:
     """The call raises ValidationError (message matching) and writes nothing."""
     tables = tables_of(store)
     before = snapshot(store, tables)
     with pytest.raises(ValidationError, match=match) as info:
-        call(store, name, **override)
+        call(store, method, **override)
     assert snapshot(store, tables) == before
     return info.value
 

@@ -49,6 +49,9 @@ ALLOWED = {
 FINAL = {"succeeded", "failed", "timed_out"}
 MISSING = "no-such-job"
 FAR_FUTURE = 10**15
+#: Each due sweep is this much later than the one before: past the deadline (at most a
+#: day after it) of every job the earlier sweep retried.
+SWEEP_STEP = 10**10
 
 Result = tuple[type[HubStoreError] | None, Any]
 
@@ -72,6 +75,8 @@ class Model:
 
     def __init__(self) -> None:
         self.jobs: dict[str, ModelJob] = {}
+        #: The due sweeps so far (each at a later time).
+        self.sweeps = 0
         self.heard: dict[str, list[tuple[str, int]]] = defaultdict(list)
 
     def pick(self, ref: int) -> ModelJob | None:
@@ -201,8 +206,9 @@ def step(store: HubStore, model: Model, op: tuple[Any, ...]) -> None:
         model.create(job.job_id, worker, priority, max_retries)
         return
     if kind == "sweep":
-        real: tuple[Any, Any] = call(store.sweep_timed_out_assigns,
-                                     now_ms=FAR_FUTURE if op[1] else 0)
+        model.sweeps += op[1]
+        when = FAR_FUTURE + model.sweeps * SWEEP_STEP if op[1] else 0
+        real: tuple[Any, Any] = call(store.sweep_timed_out_assigns, now_ms=when)
         assert real == model.sweep(op[1]), op
         return
     if kind == "claim":

@@ -15,33 +15,37 @@ from hubstore import assign_rules as rules
 from hubstore.assign_rules import Move, check_transition, next_values, normalize_status
 from hubstore.errors import IllegalTransition, ValidationError
 
-STATES = ("queued", "running", "succeeded", "failed", "timed_out")
+STATES = ("queued", "running", "succeeded", "failed", "timed_out", "cancelled")
 
 # A = applied, N = no-op (repeating the terminal move), - = IllegalTransition.
-#                 to: queued running succeeded failed timed_out
+#                 to: queued running succeeded failed timed_out cancelled
 PLAIN_TABLE = {
-    "queued":    ("-",  "A",    "A",      "A",   "A"),
-    "running":   ("-",  "A",    "A",      "A",   "A"),
-    "succeeded": ("-",  "-",    "N",      "-",   "-"),
-    "failed":    ("-",  "-",    "-",      "N",   "-"),
-    "timed_out": ("-",  "-",    "-",      "-",   "N"),
+    "queued":    ("-",  "A",    "A",      "A",   "A",      "A"),
+    "running":   ("-",  "A",    "A",      "A",   "A",      "A"),
+    "succeeded": ("-",  "-",    "N",      "-",   "-",      "-"),
+    "failed":    ("-",  "-",    "-",      "N",   "-",      "-"),
+    "timed_out": ("-",  "-",    "-",      "-",   "N",      "-"),
+    "cancelled": ("-",  "-",    "-",      "-",   "-",      "N"),
 }
-# A retry may also re-queue a failed or timed-out job; nothing else changes.
+# A retry may also re-queue a failed or timed-out job (never a cancelled one); nothing
+# else changes.
 RETRY_TABLE = {
-    "queued":    ("-",  "A",    "A",      "A",   "A"),
-    "running":   ("-",  "A",    "A",      "A",   "A"),
-    "succeeded": ("-",  "-",    "N",      "-",   "-"),
-    "failed":    ("A",  "-",    "-",      "N",   "-"),
-    "timed_out": ("A",  "-",    "-",      "-",   "N"),
+    "queued":    ("-",  "A",    "A",      "A",   "A",      "A"),
+    "running":   ("-",  "A",    "A",      "A",   "A",      "A"),
+    "succeeded": ("-",  "-",    "N",      "-",   "-",      "-"),
+    "failed":    ("A",  "-",    "-",      "N",   "-",      "-"),
+    "timed_out": ("A",  "-",    "-",      "-",   "N",      "-"),
+    "cancelled": ("-",  "-",    "-",      "-",   "-",      "N"),
 }
 
 # A put-back (a claim whose waiter was cancelled) only moves a running job back to queued.
 PUT_BACK_TABLE = {
-    "queued":    ("-",  "A",    "A",      "A",   "A"),
-    "running":   ("A",  "A",    "A",      "A",   "A"),
-    "succeeded": ("-",  "-",    "N",      "-",   "-"),
-    "failed":    ("-",  "-",    "-",      "N",   "-"),
-    "timed_out": ("-",  "-",    "-",      "-",   "N"),
+    "queued":    ("-",  "A",    "A",      "A",   "A",      "A"),
+    "running":   ("A",  "A",    "A",      "A",   "A",      "A"),
+    "succeeded": ("-",  "-",    "N",      "-",   "-",      "-"),
+    "failed":    ("-",  "-",    "-",      "N",   "-",      "-"),
+    "timed_out": ("-",  "-",    "-",      "-",   "N",      "-"),
+    "cancelled": ("-",  "-",    "-",      "-",   "-",      "N"),
 }
 
 
@@ -63,9 +67,9 @@ def test_every_pair_of_states(via_retry: bool, table: Mapping[str, tuple[str, ..
             assert check_transition(src, dst, via_retry=via_retry) is want, label
 
 
-def test_the_tables_cover_all_25_pairs_once() -> None:
-    for table in (PLAIN_TABLE, RETRY_TABLE):
-        assert len(_cases(table)) == 25
+def test_the_tables_cover_all_36_pairs_once() -> None:
+    for table in (PLAIN_TABLE, RETRY_TABLE, PUT_BACK_TABLE):
+        assert len(_cases(table)) == 36
         assert set(table) == set(STATES)
 
 
@@ -301,13 +305,22 @@ def test_status_event_prefers_result_then_error() -> None:
 
 @pytest.mark.parametrize(("ms", "iso"), [(0, "1970-01-01T00:00:00.000Z"),
                                          (1_700_000_000_005, "2023-11-14T22:13:20.005Z"),
-                                         (1_709_251_199_999, "2024-02-29T23:59:59.999Z")])
+                                         (1_709_251_199_999, "2024-02-29T23:59:59.999Z"),
+                                         # (node's own answers for years past 9999 and
+                                         # before 0: datetime cannot hold them)
+                                         (-1, "1969-12-31T23:59:59.999Z"),
+                                         (10**15, "+033658-09-27T01:46:40.000Z"),
+                                         (253_402_300_800_000, "+010000-01-01T00:00:00.000Z"),
+                                         (-62_198_755_200_000, "-000001-01-01T00:00:00.000Z"),
+                                         (-62_167_219_200_001, "-000001-12-31T23:59:59.999Z"),
+                                         (-8_640_000_000_000_000,
+                                          "-271821-04-20T00:00:00.000Z")])
 def test_iso_timestamp(ms: int, iso: str) -> None:
     assert rules.iso_timestamp(ms) == iso
 
 
 def test_terminal_and_active_sets() -> None:
-    assert set(rules.TERMINAL) == {"succeeded", "failed", "timed_out"}
+    assert set(rules.TERMINAL) == {"succeeded", "failed", "timed_out", "cancelled"}
     assert set(rules.ACTIVE) == {"queued", "running"}
 
 

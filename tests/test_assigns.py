@@ -781,14 +781,17 @@ def test_sweep_times_out_due_jobs_and_retries_those_with_retries_left(store: Hub
 
 def test_a_job_retried_by_a_sweep_is_not_swept_again_by_that_sweep(store: HubStore) -> None:
     job = store.assign_async("lead", "w1", timeout_ms=1_000, max_retries=3)
-    far = now_ms() + 10**9  # past the deadline of the first attempt and of any retry
+    far = now_ms() + 10**9  # past the deadline of the first attempt
     assert store.sweep_timed_out_assigns(now_ms=far) == {"timed_out": 1, "retried": 1}
     first = row(store, job.job_id)
     assert (first["status"], first["attempt"], first["retry_count"]) == ("queued", 2, 1)
-    assert first["deadline_ms"] < far
+    # The retry is dated from the sweep's now_ms, not from the wall clock.
+    assert (first["deadline_ms"], first["updated_at_ms"]) == (far + 1_000, far)
     assert len(handoffs(store, job)) == 2
-    # The next sweep does take it.
-    assert store.sweep_timed_out_assigns(now_ms=far) == {"timed_out": 1, "retried": 1}
+    assert store.sweep_timed_out_assigns(now_ms=far + 999) == {"timed_out": 0, "retried": 0}
+    # A sweep at its deadline does take it.
+    assert store.sweep_timed_out_assigns(now_ms=far + 1_000) == {"timed_out": 1,
+                                                                  "retried": 1}
     assert row(store, job.job_id)["attempt"] == 3
 
 

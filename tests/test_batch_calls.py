@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, text
 from sqlalchemy.engine import URL
 
 from hubstore import HubStore
@@ -306,3 +306,39 @@ def test_a_batch_report_finds_its_jobs_by_key_however_many_are_active(
     plan = _explained(store, lambda: store.report_assign_results(
         [{"job_id": j.job_id, "status": "succeeded"} for j in jobs]), "jsonb_to_recordset")
     assert _by_key(plan) and "idx_assign_jobs_status" not in plan, plan
+
+
+def _fetched_by(store: HubStore, call: Callable[[Any], Any]) -> tuple[int, Any]:
+    """The rows of assign_jobs ``call(uow)`` fetched through indexes
+    (pg_stat_xact_user_tables: this transaction's own count, exact), and what it
+    returned."""
+    count = text("SELECT coalesce(sum(idx_tup_fetch), 0) "
+                 "FROM pg_stat_xact_user_tables WHERE relname = 'assign_jobs'")
+    with store.unit_of_work() as uow:
+        before = uow.connection.execute(count).scalar_one()
+        got = call(uow)
+        return int(uow.connection.execute(count).scalar_one() - before), got
+
+
+@pytest.mark.parametrize("batch", [1, 10])
+def test_claims_and_reports_read_a_few_rows_a_job_on_a_table_never_analyzed(
+        store: HubStore, batch: int) -> None:
+    """PostgreSQL, on a jobs table no ANALYZE has seen (a new hub, a benchmark): after
+    hundreds of claims, whose claimed rows leave dead entries in the claim and status
+    indexes, a claim and a batch report still find their jobs by key. A status guard
+    beside the keys made the planner read every queued (or active) job instead: a
+    thousand rows a job."""
+    if store.dialect != "postgresql":
+        pytest.skip("SQLite takes a batch job by job, each by key")
+    for first in range(0, 800, 100):
+        store.assign_many("lead", "w1", [{"task": str(i)} for i in range(first, first + 100)])
+    for _ in range(30):
+        done = store.claim_next_assigns("w1", 10)
+        store.report_assign_results([{"job_id": j.job_id, "status": "succeeded"}
+                                     for j in done], worker_agent="w1")
+    store.db.rescue_at_ms = 2**62  # (the look for stalled jobs, once a second, aside)
+    fetched, claimed = _fetched_by(store, lambda uow: uow.claim_next_assigns("w1", batch))
+    assert len(claimed) == batch and fetched <= 5 * batch + 10, fetched
+    reported, _ = _fetched_by(store, lambda uow: uow.report_assign_results(
+        [{"job_id": j.job_id, "status": "succeeded"} for j in claimed], worker_agent="w1"))
+    assert reported <= 5 * batch + 10, reported

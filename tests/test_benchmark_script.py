@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
+import shlex
 import shutil
 import sqlite3
 import subprocess
@@ -23,7 +25,9 @@ from sqlalchemy.engine import URL
 from hubstore import HubStore
 from tests.reference_runner import reference_store
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_store.py"
+CHECKOUT = Path(__file__).resolve().parents[1]
+SCRIPT = CHECKOUT / "benchmarks" / "bench_store.py"
+PERFORMANCE = CHECKOUT / "docs" / "performance.md"
 WORKLOADS = {
     "register_agent", "heartbeat", "audit_log", "poll_for_agent", "assign_lifecycle",
     "reflexion_learn", "reflexion_lookup_ctx", "sweep_and_stats",
@@ -429,3 +433,28 @@ def test_a_database_with_rows_is_refused_without_reset(db_url: URL) -> None:
     assert done.returncode == 2
     assert "refusing to run" in done.stderr
     assert done.stdout == ""
+
+
+def _performance_commands() -> list[list[str]]:
+    """The ``python benchmarks/...`` command lines docs/performance.md shows (a shell
+    block's continued lines joined), each as its words after ``python``."""
+    text = PERFORMANCE.read_text(encoding="utf-8")
+    lines = [line for block in re.findall(r"^```sh\n(.*?)^```", text, re.S | re.M)
+             for line in block.replace("\\\n", " ").splitlines()]
+    lines += re.findall(r"`(python benchmarks/[^`]+)`", text)
+    return [shlex.split(line)[1:] for line in lines if line.startswith("python ")]
+
+
+def test_every_command_on_the_performance_page_is_the_scripts_own(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each table on docs/performance.md names the command that reproduces it: the
+    script exists and takes those options (argparse exits on an unknown one)."""
+    cli = _bench_module("cli", monkeypatch)
+    commands = _performance_commands()
+    assert len([c for c in commands if c[0] == "benchmarks/bench_store.py"]) >= 5
+    for command in commands:
+        assert (CHECKOUT / command[0]).is_file(), command
+        if command[0] == "benchmarks/bench_store.py":
+            cli.build_parser("").parse_args(command[1:])
+    named = set(re.findall(r"benchmarks/\w+\.py", PERFORMANCE.read_text(encoding="utf-8")))
+    assert named and all((CHECKOUT / name).is_file() for name in named), named

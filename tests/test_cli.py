@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
+from sqlalchemy import create_engine
 from sqlalchemy.engine import URL, make_url
 
 from hubstore import migrations
@@ -81,6 +82,24 @@ def test_unknown_layout_fails_with_a_message_and_changes_nothing(tmp_path: Path)
     assert "not pipeline_state" in result.output and "nothing was changed" in result.output
     assert "Traceback" not in result.output
     assert file_state(path) == before
+
+
+def test_upgrade_beside_an_applications_numbered_revision(empty_url: URL) -> None:
+    """An application's alembic_version holding "0003" (its own revision, numbered as
+    hubstore's are): the upgrade puts hubstore's revision in a table of its own, says
+    so, and exits 0; the application's row stays."""
+    engine = create_engine(empty_url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)")
+        conn.exec_driver_sql("INSERT INTO alembic_version VALUES ('0003')")
+    shown = empty_url.render_as_string(hide_password=True)
+    result = hubstore("upgrade", url=empty_url)
+    assert (result.exit_code, result.output) == (0, f"{shown}: upgraded from base to {HEAD}\n")
+    assert hubstore("current", url=empty_url).output == f"{HEAD} (head)\n"
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT version_num FROM alembic_version").all() == [
+            ("0003",)]
+    engine.dispose()
 
 
 @pytest.mark.parametrize(("args", "code", "says"), [

@@ -28,10 +28,13 @@ from sqlalchemy.engine import URL, make_url
 
 from hubstore import HubStore, __version__, migrations
 from hubstore.cli import main
+from hubstore.cli.common import when
 from hubstore.engine import ENV_URL
+from hubstore.ids import now_ms
 from hubstore.reflexion import lookup_solution, normalize_error
 from hubstore.services import stats
 from hubstore.testing.factories import (
+    AssignJobFactory,
     DeadLetterFactory,
     MessageFactory,
     MessageInboxFactory,
@@ -39,6 +42,7 @@ from hubstore.testing.factories import (
 )
 from hubstore.types import AssignStatus
 from tests.conftest import FIXTURES, PostgresDatabases
+from tests.helpers import present
 from tests.reference_ddl import build_legacy
 
 BIN = Path(sys.executable).parent
@@ -624,7 +628,7 @@ def test_piped_jobs_keep_each_uuid_on_one_line(db_url: URL, wordy_hub: HubStore,
         assert run.stdout.split("\t") == [
             job.job_id, "queued", "codex-1", "lead-supervisor", job.task, "1",
             datetime.fromtimestamp(job.updated_at_ms / 1000, UTC).strftime(
-                "%Y-%m-%d %H:%M:%S") + "\n"]
+                "%Y-%m-%d %H:%M:%S"), "", "\n"]  # (due and why: empty, due now)
     lines = hubstore("jobs", url=db_url).stdout.splitlines()
     assert [line.split("\t")[0] for line in lines] == [j.job_id for j in jobs]
 
@@ -716,42 +720,99 @@ def _created_jobs(store: HubStore, count: int) -> list[str]:
     return [job.job_id for job in store.list_assigns(limit=100)]
 
 
-def test_jobs_page_with_offset(db_url: URL, store: HubStore) -> None:
-    newest = _created_jobs(store, 7)
-    assert len(newest) == 7
-    pages, notes = [], []
-    for offset in (0, 3, 6):
-        run = hubstore("jobs", "--limit", "3", "--offset", str(offset), url=db_url)
-        assert run.returncode == 0
+def test_jobs_page_by_cursor_past_any_count(db_url: URL, store: HubStore) -> None:
+    """--after takes the cursor the note of the page before gave: every job, once each,
+    in list_assigns' order, past the 100 the store's list_assigns stops at."""
+    with store.unit_of_work() as uow:
+        made = [uow.create_assign("lead", "codex-1", task=f"t{i}").job_id
+                for i in range(105)]
+    pages: list[list[str]] = []
+    after: list[str] = []
+    while True:
+        run = hubstore("jobs", "--limit", "40", *after, url=db_url)
+        assert run.returncode == 0, run.stderr
         pages.append([line.split("\t")[0] for line in run.stdout.splitlines()])
-        notes.append(run.stderr)
-    assert pages == [newest[0:3], newest[3:6], newest[6:7]]
-    assert notes == ["note: rows 1-3 shown; more follow: hubstore jobs ... --offset 3\n",
-                     "note: rows 4-6 shown; more follow: hubstore jobs ... --offset 6\n", ""]
-    run = hubstore("jobs", "--limit", "2", "--offset", "5", "--json", url=db_url)
-    assert [job["job_id"] for job in json.loads(run.stdout)] == newest[5:7]
-    assert hubstore("jobs", "--offset", "7", url=db_url).stdout == ""
-    bad = hubstore("jobs", "--offset", "-1", url=db_url)
-    assert bad.returncode == 2 and "'--offset'" in bad.stderr
+        if not run.stderr:
+            break
+        note = re.fullmatch(r"note: 40 shown; more follow: hubstore jobs \.\.\. --after "
+                            r"(\S+)\n", run.stderr)
+        assert note is not None, run.stderr
+        after = ["--after", note.group(1)]
+    assert [len(page) for page in pages] == [40, 40, 25]
+    listed = [job_id for page in pages for job_id in page]
+    assert sorted(listed) == sorted(made)
+    assert listed[:100] == [job.job_id for job in store.list_assigns(limit=100)]
+    as_json = hubstore("jobs", "--limit", "2", *after, "--json", url=db_url)
+    assert [job["job_id"] for job in json.loads(as_json.stdout)] == pages[-1][:2]
+    bad = hubstore("jobs", "--after", "no-cursor", url=db_url)
+    assert bad.returncode == 2 and "cursor" in bad.stderr
+    over = hubstore("jobs", "--limit", "1001", url=db_url)
+    assert over.returncode == 2 and "1001 is not in the range 1<=x<=1000" in over.stderr
 
 
-def test_jobs_say_so_at_the_stores_100(db_url: URL, store: HubStore) -> None:
-    """list_assigns returns at most 100 jobs: the last page says so, past it is refused."""
-    newest = _created_jobs(store, 105)
-    assert len(newest) == 100
-    run = hubstore("jobs", "--offset", "95", "--limit", "10", url=db_url)
-    assert run.returncode == 0
-    assert [line.split("\t")[0] for line in run.stdout.splitlines()] == newest[95:]
-    assert run.stderr == (
-        "note: rows 96-100 shown, the last the store lists: it returns only the 100 most "
-        "recently updated jobs, and more may match; narrow them with --status or --worker\n")
-    past = hubstore("jobs", "--offset", "100", url=db_url)
-    assert (past.returncode, past.stdout) == (2, "")
-    assert past.stderr == (
-        "Error: --offset 100 is past what `hubstore jobs` can show: the store lists only "
-        "the 100 most recently updated jobs; narrow them with --status or --worker\n")
-    over = hubstore("jobs", "--limit", "101", url=db_url)
-    assert over.returncode == 2 and "101 is not in the range 1<=x<=100" in over.stderr
+def test_jobs_say_when_and_why_a_queued_job_is_not_due(db_url: URL, store: HubStore) -> None:
+    later = now_ms() + 3_600_000
+    scheduled = store.assign_async("lead", "w1", task="later", not_before_ms=later)
+    store.assign_async("lead", "w2", task="backed off", max_retries=1,
+                       retry_backoff_ms=600_000)
+    failed = present(store.claim_next_assign("w2"))
+    store.finish_assign(failed, "failed")
+    due_now = store.assign_async("lead", "w3", task="now")
+    lines = {line.split("\t")[0]: line.split("\t")
+             for line in hubstore("jobs", url=db_url).stdout.splitlines()}
+    assert lines[scheduled.job_id][7:] == [when(later), "scheduled"]
+    assert lines[failed.job_id][8] == "back-off after retry 1"
+    assert lines[due_now.job_id][7:] == ["", ""]
+
+
+def test_jobs_cancel_and_retry(db_url: URL, store: HubStore) -> None:
+    job = store.assign_async("lead", "w1", max_retries=0)
+    run = hubstore("jobs", "cancel", job.job_id, "--reason", "operator", url=db_url)
+    assert (run.returncode, run.stdout, run.stderr) == (0, f"{job.job_id}\tcancelled\n", "")
+    assert present(store.get_assign(job.job_id)).error == {
+        "message": "assign job cancelled", "reason": "operator"}
+    again = hubstore("jobs", "retry", job.job_id, url=db_url)
+    assert again.returncode == 1 and "never run again" in again.stderr
+    missing = hubstore("jobs", "cancel", "no-such-job", url=db_url)
+    assert (missing.returncode, missing.stdout) == (1, "")
+    assert "there is no assign job no-such-job" in missing.stderr
+
+    spent = store.assign_async("lead", "w2", max_retries=0)
+    store.finish_assign(present(store.claim_next_assign("w2")), "failed")
+    refused = hubstore("jobs", "retry", spent.job_id, url=db_url)
+    assert refused.returncode == 1 and "has used its 0 retries" in refused.stderr
+    forced = hubstore("jobs", "retry", spent.job_id, "--force", "--reason", "fixed",
+                      url=db_url)
+    assert (forced.returncode, forced.stdout) == (0, f"{spent.job_id}\tqueued\t2\n")
+    event = [m.payload for m in store.get_messages_by_trace(spent.trace_id)
+             if m.type == "event"][-1]
+    assert (event["event"], event["retry_reason"], event["requested_by"]) == (
+        "retry_scheduled", "fixed", "cli")
+
+
+def test_db_sweep_once_and_every(db_url: URL, store: HubStore) -> None:
+    stalled = AssignJobFactory.create(worker_agent="w1", status="running", max_retries=1,
+                                      deadline_ms=now_ms() - 1)
+    store.register_agent("old", "codex", heartbeat_ttl_ms=0)
+    run = hubstore("db", "sweep", url=db_url)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == ["agents_stale\t1", "assigns_retried\t1",
+                                       "assigns_timed_out\t1"]
+    assert present(store.get_assign(stalled.job_id)).attempt == 2
+    assert hubstore("db", "sweep", url=db_url).stdout == "nothing to sweep\n"
+    # --every: round after round, until SIGTERM ends it cleanly
+    proc = subprocess.Popen([sys.executable, "-m", "hubstore", "db", "sweep", "--every",
+                             "0.1", "--url", db_url.render_as_string(hide_password=False)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=ENV)
+    AssignJobFactory.create(worker_agent="w1", status="running", deadline_ms=now_ms() - 1)
+    time.sleep(1.5)
+    proc.terminate()
+    out, err = proc.communicate(timeout=30)
+    assert (proc.returncode, err) == (0, "")
+    assert out.splitlines() == ["assigns_timed_out\t1"]
+    bad = hubstore("db", "sweep", "--every", "0", url=db_url)
+    assert bad.returncode == 2
 
 
 def test_messages_page_with_offset(db_url: URL, busy_hub: HubStore, read_only: None) -> None:
@@ -824,7 +885,7 @@ def test_verbose_logs_on_stderr_only(db_url: URL, busy_hub: HubStore, read_only:
         assert "sqlalchemy.engine" not in run.stderr
     debug = hubstore("-v", "jobs", "-v", url=db_url)  # -v twice: -vv
     assert debug.stdout == hubstore("jobs", url=db_url).stdout
-    assert "INFO hubstore.cli: jobs: the store listed 4 row(s); rows 1-4 shown" in debug.stderr
+    assert "INFO hubstore.cli: jobs: 4 listed, the last page" in debug.stderr
     assert "INFO sqlalchemy.engine.Engine: SELECT " in debug.stderr
 
 

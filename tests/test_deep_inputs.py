@@ -94,7 +94,7 @@ def seed(store: HubStore, url: URL) -> dict[str, Any]:
     store.register_agent("a1", "codex", topics=["t.a"])
     message = store.audit_log("event", "a1", "a1", "t.a", trace_id="tr1",
                               correlation_id="co1")
-    store.create_assign("lead", "a1", job_id="j1")
+    job = store.create_assign("lead", "a1", job_id="j1")
     request = store.insert_human_request("a1", "approval", "ok?")
     entry = store.add_reflexion("pattern", "message", "solution")
     store.save_pipeline_state("team1", phase="plan")
@@ -111,10 +111,14 @@ def seed(store: HubStore, url: URL) -> dict[str, Any]:
         "get_message.id": message.id, "update_message_status.id": message.id,
         "update_message_status.status": "acked", "update_agent_status.status": "online",
         "update_assign_status.status": "running", "report_assign_result.status": "running",
-        "jobs": [{"task": "t"}],
+        "jobs": [{"task": "t"}], "job": job, "attempt": 1,
+        "finish_assign.status": "running", "key": "codex",
+        "set_assign_limit.max_running": 2, "name": "nightly",
+        "set_assign_schedule.every_ms": 60_000,
         "reports": [{"job_id": "j1", "status": "running"}],
         # never wait: a wait given a bad argument by mistake would last 30 s
         "wait_for_assign.timeout_s": 0, "wait_for_assigns.timeout_s": 0,
+        "wait_for_result.timeout_s": 0,
         "next.timeout_s": 0,
     }
 

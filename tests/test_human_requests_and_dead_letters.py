@@ -79,6 +79,36 @@ def test_dead_letters_newest_first_with_limit(store: HubStore) -> None:
     assert store.get_dead_letters(limit=0) == []
 
 
+def test_requeue_dead_letter_queues_the_message_again_with_a_fresh_expiry(
+        store: HubStore) -> None:
+    now = 90_000_000
+    expired = MessageFactory.create(expires_at_ms=now - 1, ttl_ms=60_000, to_agent="w")
+    kept = MessageFactory.create(expires_at_ms=now - 1)
+    assert store.sweep_expired(now_ms=now)["messages"] == 2
+    assert store.get_queue_depths()["dlq"] == 2
+    before = now_ms()
+    assert store.requeue_dead_letter(expired.id) is True
+    again = present(store.get_message(expired.id))
+    assert again.status == "queued" and again.expires_at_ms >= before + 60_000
+    assert [d.message_id for d in store.get_dead_letters()] == [kept.id]
+    assert store.get_queue_depths()["dlq"] == 1
+    assert store.sweep_expired()["messages"] == 0  # not straight back to the dead letters
+    assert store.requeue_dead_letter(expired.id) is False  # no dead letter any more
+    assert store.requeue_dead_letter("missing") is False
+
+
+def test_discard_dead_letter_removes_it_and_keeps_the_message(store: HubStore) -> None:
+    msg = MessageFactory.create()
+    store.move_to_dead_letter(msg.id, "boom")
+    assert store.discard_dead_letter(msg.id) is True
+    assert store.get_dead_letters() == []
+    assert present(store.get_message(msg.id)).status == "dead_letter"
+    assert store.get_queue_depths()["dlq"] == 0
+    assert store.discard_dead_letter(msg.id) is False
+    with pytest.raises(ValidationError, match="message_id"):
+        store.discard_dead_letter("")
+
+
 def test_sweep_expired_dead_letters_queued_messages_and_times_out_requests(store: HubStore) -> None:
     now = 90_000_000
     expired = MessageFactory.create(expires_at_ms=now - 1)

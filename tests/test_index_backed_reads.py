@@ -99,7 +99,7 @@ def test_sqlite_plans_use_the_indexes(tmp_path: Path) -> None:
     """The poll's branches and the claim run on their (partial) indexes, not table scans:
     the query repeats each partial index's predicate, so the planner can prove it."""
     from hubstore.dialects import dialect_for
-    from hubstore.services.assign_hub import CLAIM
+    from hubstore.services.claims import claim_statement
     from hubstore.services.messages import many_topics_statement, poll_statement
 
     def plan(prepared: Prepared) -> str:
@@ -125,6 +125,6 @@ def test_sqlite_plans_use_the_indexes(tmp_path: Path) -> None:
         many = plan(many_topics_statement(dialect_for("sqlite")))  # more than UNION_TOPICS topics
         assert "idx_messages_to_agent" in many and "ix_messages_topic_feed" in many
         assert "SCAN messages" not in many
-        assert "ix_assign_jobs_claim" in plan(CLAIM)
+        assert "ix_assign_jobs_claim" in plan(claim_statement(dialect_for("sqlite")))
     finally:
         store.close()

@@ -18,7 +18,7 @@ from sqlalchemy.engine import URL, make_url
 
 from hubstore import HubStore, migrations
 from hubstore.health import affinity, figure_findings
-from hubstore.models import metadata
+from hubstore.models import AssignJob, metadata, table_of
 from hubstore.services.stats import counts, plain_counts
 from hubstore.types import MessageStatus
 from tests import factories
@@ -71,15 +71,17 @@ def _fill_every_table(url: URL) -> None:
 
 
 #: The columns revision 0012 adds to assign_jobs.
-SCHEDULE_0012 = ("not_before_ms", "retry_backoff_ms")
+#: assign_jobs' columns of hubstore's own (revisions 0012 and 0014), not in the reference's.
+HUBSTORE_JOB_COLUMNS = tuple(c.name for c in table_of(AssignJob).c
+                             if c.info.get("hubstore_only"))
 
 
 def _v3_columns(conn: Connection) -> dict[str, list[str]]:
     """Each table's columns at revision 0001 (version 4 adds two to reflexion_entries,
-    revision 0012 two to assign_jobs)."""
+    revisions 0012 and 0014 hubstore's own to assign_jobs)."""
     columns = column_names(conn)
     columns["reflexion_entries"] = [c for c in columns["reflexion_entries"] if c not in V4_ONLY]
-    columns["assign_jobs"] = [c for c in columns["assign_jobs"] if c not in SCHEDULE_0012]
+    columns["assign_jobs"] = [c for c in columns["assign_jobs"] if c not in HUBSTORE_JOB_COLUMNS]
     return columns
 
 
@@ -294,8 +296,9 @@ def test_round_trip_through_0007_keeps_every_log_row_and_seq(db_url: URL,
     migrations.upgrade(db_url)
     _fill_every_table(db_url)
     with engine.connect() as conn:
-        columns = column_names(conn)  # (the columns 0007 has: 0012 adds two to jobs)
-        columns["assign_jobs"] = [c for c in columns["assign_jobs"] if c not in SCHEDULE_0012]
+        columns = column_names(conn)  # (the columns 0007 has: 0012 and 0014 add to jobs)
+        columns["assign_jobs"] = [c for c in columns["assign_jobs"]
+                                  if c not in HUBSTORE_JOB_COLUMNS]
         schema, rows, log = schema_objects(conn), snapshot(conn, columns=columns), _log(conn)
         if sqlite:
             assert "AUTOINCREMENT" not in _log_table_sql(conn).upper()

@@ -6,7 +6,9 @@ tables or version rows, and a HubStore working on the result."""
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,10 +17,12 @@ from typing import Any
 import pytest
 from alembic import command
 from alembic.config import Config
+from click.testing import CliRunner
 from sqlalchemy import Connection, create_engine, inspect, text
 from sqlalchemy.engine import URL
 
 from hubstore import HubStore, migrations
+from hubstore.cli import main
 from tests.conftest import PostgresDatabases
 from tests.reference_ddl import add_other_application, other_application_rows
 
@@ -41,12 +45,12 @@ sa.Table("agents", metadata, sa.Column("agent_id", sa.Text, primary_key=True))
 '''
 
 APP_REVISIONS = {
-    "a1_projects.py": '''
+    "projects.py": '''
 """projects, owned by a hub agent"""
 import sqlalchemy as sa
 from alembic import op
 
-revision = "a1"
+revision = "{first}"
 down_revision = None
 branch_labels = None
 depends_on = None
@@ -62,13 +66,13 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_table("app_projects")
 ''',
-    "a2_notes.py": '''
+    "notes.py": '''
 """notes"""
 import sqlalchemy as sa
 from alembic import op
 
-revision = "a2"
-down_revision = "a1"
+revision = "{second}"
+down_revision = "{first}"
 branch_labels = None
 depends_on = None
 
@@ -82,6 +86,9 @@ def downgrade() -> None:
     op.drop_table("app_notes")
 ''',
 }
+#: The application's revision ids, as ``alembic revision`` writes them: numbered with
+#: ``--rev-id`` (the same ids as hubstore's own revisions), or hashed (the default).
+APP_IDS = {"numbered": ("0001", "0002"), "hashed": ("3f2a1b9c0d4e", "9be1c07d2a55")}
 
 
 def recipe_env() -> str:
@@ -93,7 +100,14 @@ def recipe_env() -> str:
 
 
 @pytest.fixture
-def app_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def app_ids() -> tuple[str, str]:
+    """The application's two revision ids (numbered unless a test asks otherwise)."""
+    return APP_IDS["numbered"]
+
+
+@pytest.fixture
+def app_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                app_ids: tuple[str, str]) -> Path:
     """The application: a ``myapp`` package with its models, and its Alembic folder."""
     package = tmp_path / "myapp"
     package.mkdir()
@@ -105,8 +119,10 @@ def app_package(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder = tmp_path / "app_alembic"
     (folder / "versions").mkdir(parents=True)
     (folder / "env.py").write_text(recipe_env())
+    first, second = app_ids
     for name, body in APP_REVISIONS.items():
-        (folder / "versions" / name).write_text(body)
+        (folder / "versions" / name).write_text(
+            body.replace("{first}", first).replace("{second}", second))
     return folder
 
 
@@ -151,20 +167,21 @@ def hub_schema_recipe(app_package: Path) -> Path:
         'HUBSTORE = {"version_table": "hubstore_alembic_version"}',
         'HUBSTORE = {"version_table": "hubstore_alembic_version", "schema": "hub"}'))
     # the application's foreign key refers to the hub's table in its schema
-    for path in (app_package / "versions" / "a1_projects.py",
+    for path in (app_package / "versions" / "projects.py",
                  app_package.parent / "myapp" / "models.py"):
         path.write_text(path.read_text().replace('"agents.agent_id"', '"hub.agents.agent_id"')
                         .replace('primary_key=True))\n', 'primary_key=True), schema="hub")\n'))
     return app_package
 
 
-def _round_trip(folder: Path, url: URL, store_url: URL, hub_schema: str | None = None) -> None:
-    head = migrations.head()
+def _round_trip(folder: Path, url: URL, store_url: URL, ids: tuple[str, str],
+                hub_schema: str | None = None) -> None:
+    head, (first, second) = migrations.head(), ids
     options: dict[str, Any] = {"schema": hub_schema} if hub_schema else {}
 
     command.upgrade(app_config(folder, url), "head")
     assert _state(url, hub_schema) == {"app_tables": ["app_notes", "app_projects"],
-                                       "app_version": [("a2",)], "hub_version": [(head,)],
+                                       "app_version": [(second,)], "hub_version": [(head,)],
                                        "hub_tables": True}
     assert migrations.current_version(url, **options) == (HUB, head)
     command.check(app_config(folder, url))  # the app's models match; hub tables left out
@@ -184,13 +201,13 @@ def _round_trip(folder: Path, url: URL, store_url: URL, hub_schema: str | None =
     command.upgrade(app_config(folder, url), "head")  # again: nothing to do on either side
     command.downgrade(app_config(folder, url), "-1")  # the application's last revision only
     assert _state(url, hub_schema) == {"app_tables": ["app_projects"],
-                                       "app_version": [("a1",)], "hub_version": [(head,)],
+                                       "app_version": [(first,)], "hub_version": [(head,)],
                                        "hub_tables": True}
     with HubStore.open(store_url) as store:
         assert store.get_agent("lead") is not None
 
     migrations.downgrade(url, "0010", **options)  # hubstore's own call finds its table
-    assert _state(url, hub_schema)["app_version"] == [("a1",)]
+    assert _state(url, hub_schema)["app_version"] == [(first,)]
     assert migrations.current(url, **options) == "0010"
     command.upgrade(app_config(folder, url), "head")  # both back to head
     assert _state(url, hub_schema)["hub_version"] == [(head,)]
@@ -212,13 +229,14 @@ def _round_trip(folder: Path, url: URL, store_url: URL, hub_schema: str | None =
 
     command.upgrade(app_config(folder, url), "head")  # and up again from nothing
     assert _state(url, hub_schema)["hub_version"] == [(head,)]
-    assert _state(url, hub_schema)["app_version"] == [("a2",)]
+    assert _state(url, hub_schema)["app_version"] == [(second,)]
     assert other_application_rows(url) == others
 
 
-def test_recipe_on_sqlite(app_package: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("app_ids", APP_IDS.values(), ids=APP_IDS)
+def test_recipe_on_sqlite(app_package: Path, tmp_path: Path, app_ids: tuple[str, str]) -> None:
     url = URL.create("sqlite", database=str(tmp_path / "app.db"))
-    _round_trip(app_package, url, url)
+    _round_trip(app_package, url, url, app_ids)
 
 
 @pytest.fixture
@@ -228,14 +246,15 @@ def pg_url(postgres: PostgresDatabases) -> Iterator[URL]:
     postgres.drop(url)
 
 
-def test_recipe_on_postgresql(app_package: Path, pg_url: URL) -> None:
-    _round_trip(app_package, pg_url, pg_url)
+@pytest.mark.parametrize("app_ids", APP_IDS.values(), ids=APP_IDS)
+def test_recipe_on_postgresql(app_package: Path, pg_url: URL, app_ids: tuple[str, str]) -> None:
+    _round_trip(app_package, pg_url, pg_url, app_ids)
 
 
-def test_recipe_with_hubstore_in_a_schema_of_its_own(hub_schema_recipe: Path,
-                                                     pg_url: URL) -> None:
+def test_recipe_with_hubstore_in_a_schema_of_its_own(hub_schema_recipe: Path, pg_url: URL,
+                                                     app_ids: tuple[str, str]) -> None:
     store_url = pg_url.update_query_dict({"options": "-csearch_path=hub"})
-    _round_trip(hub_schema_recipe, pg_url, store_url, hub_schema="hub")
+    _round_trip(hub_schema_recipe, pg_url, store_url, app_ids, hub_schema="hub")
     engine = create_engine(pg_url)
     with engine.connect() as conn:  # nothing of hubstore's outside its schema
         public = set(inspect(conn).get_table_names(schema="public"))
@@ -252,8 +271,8 @@ def test_one_transaction_for_both_histories_on_postgresql(app_package: Path,
 """fails"""
 from alembic import op
 
-revision = "a3"
-down_revision = "a2"
+revision = "0003"
+down_revision = "0002"
 branch_labels = None
 depends_on = None
 
@@ -276,7 +295,7 @@ def downgrade() -> None:
 
 
 def test_an_existing_hubstore_database_joins_an_application(
-        app_package: Path, db_url: URL) -> None:
+        app_package: Path, db_url: URL, app_ids: tuple[str, str]) -> None:
     """A hubstore database (revision in alembic_version) gets an application: the
     recipe's first run moves hubstore's revision to hubstore_alembic_version, then the
     application's history starts in alembic_version."""
@@ -284,7 +303,44 @@ def test_an_existing_hubstore_database_joins_an_application(
         store.register_agent("lead", "codex")
     command.upgrade(app_config(app_package, db_url), "head")
     assert _state(db_url) == {"app_tables": ["app_notes", "app_projects"],
-                              "app_version": [("a2",)],
+                              "app_version": [(app_ids[1],)],
                               "hub_version": [(migrations.head(),)], "hub_tables": True}
     with HubStore.open(db_url) as store:
         assert store.get_agent("lead") is not None
+
+
+def test_the_recipe_in_a_folder_alembic_init_made(empty_url: URL, tmp_path: Path,
+                                                   app_package: Path) -> None:
+    """As a newcomer does it: ``alembic init``, the recipe as env.py, revisions numbered
+    with ``--rev-id``; ``alembic upgrade head`` says what it ran (alembic.ini's logging),
+    and runs again, and hubstore's own commands read the database afterwards."""
+    folder = tmp_path / "fresh"
+    command.init(Config(str(tmp_path / "alembic.ini")), str(folder))
+    (folder / "env.py").write_text(recipe_env())
+    ini = tmp_path / "alembic.ini"
+    raw = empty_url.render_as_string(hide_password=False)
+    ini.write_text(re.sub(r"(?m)^sqlalchemy\.url = .*$",
+                          f"sqlalchemy.url = {raw.replace('%', '%%')}", ini.read_text()))
+    config = Config(str(ini))
+    command.revision(config, "first", rev_id="0001")
+    command.revision(config, "second", rev_id="0002")
+    env = {**os.environ, "PYTHONPATH": str(app_package.parent)}
+    env.pop("HUBSTORE_URL", None)
+
+    def upgrade() -> str:
+        run = subprocess.run([Path(sys.executable).parent / "alembic", "upgrade", "head"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=300, check=False)
+        assert run.returncode == 0, run.stderr
+        return run.stderr
+
+    said = upgrade()
+    hub_step = migrations.script_directory().get_revision(migrations.head())
+    assert f"Running upgrade {hub_step.down_revision} -> {hub_step.revision}," in said
+    assert "Running upgrade 0001 -> 0002, second" in said
+    assert "Running upgrade" not in upgrade()  # again: nothing to do on either side
+    assert migrations.current_version(empty_url) == (HUB, migrations.head())
+    with HubStore.open(empty_url) as store:
+        store.register_agent("lead", "codex")
+    result = CliRunner().invoke(main, ["db", "current", "--url", raw])
+    assert (result.exit_code, result.output) == (0, f"{migrations.head()} (head)\n")

@@ -211,17 +211,53 @@ def test_an_applications_version_table_is_not_taken(empty_url: URL, engine: Engi
             version_table=DEFAULT)
 
 
-def test_a_revision_in_two_tables_is_refused(db_url: URL) -> None:
-    engine = create_engine(db_url)
+@pytest.mark.parametrize("app_revision", ["0001", "0003", "0013", "3f2a1b9c0d4e"])
+def test_beside_hubstores_own_table_alembic_version_is_the_applications(
+        empty_url: URL, engine: Engine, app_revision: str) -> None:
+    """An application whose own revision ids look like hubstore's ("0001", as ``alembic
+    revision --rev-id 0001`` writes them): once hubstore's revision is in a version table
+    of its own, alembic_version beside the hub tables is the application's, whatever
+    it holds (hubstore never leaves its revision in two tables)."""
+    an_application(engine, app_revision)
+    migrations.upgrade(empty_url)  # into hubstore_alembic_version: alembic_version is taken
+    assert versions(engine) == {DEFAULT: [app_revision], HUB: [migrations.head()]}
+    assert migrations.current_version(empty_url) == (HUB, migrations.head())
+    with HubStore.open(empty_url) as store:
+        store.register_agent("a1", "codex")
+    migrations.upgrade(empty_url)  # again: nothing to do
+    migrations.downgrade(empty_url, "0010")
+    assert versions(engine) == {DEFAULT: [app_revision], HUB: ["0010"]}
+    migrations.upgrade(empty_url)
+    assert versions(engine) == {DEFAULT: [app_revision], HUB: [migrations.head()]}
+    refused(empty_url, engine, f"alembic_version holds {app_revision}.*another application",
+            version_table=DEFAULT)
+
+
+def test_a_newer_hubstore_in_its_own_table_beside_an_applications_numbered_revision(
+        empty_url: URL, engine: Engine) -> None:
+    """The revision in hubstore's own table is hubstore's, even one this hubstore does not
+    know: the application's "0003" in alembic_version is never taken for it."""
+    an_application(engine, "0003")
+    migrations.upgrade(empty_url)
     with engine.begin() as conn:
-        conn.exec_driver_sql(f"CREATE TABLE {HUB} (version_num VARCHAR(32) NOT NULL)")
-        conn.exec_driver_sql(f"INSERT INTO {HUB} VALUES ('0010')")
+        conn.exec_driver_sql(f"UPDATE {HUB} SET version_num = '0099'")
+    assert migrations.current_version(empty_url) == (HUB, "0099")
+    with pytest.raises(SchemaNotCurrent, match=r"0099.*newer hubstore"):
+        HubStore.open(empty_url)
+    refused(empty_url, engine, f"{HUB} holds 0099.*newer hubstore")
+
+
+def test_a_revision_in_two_of_hubstores_own_tables_is_refused(empty_url: URL,
+                                                             engine: Engine) -> None:
+    migrations.upgrade(empty_url, version_table=HUB)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("CREATE TABLE hub_rev (version_num VARCHAR(32) NOT NULL)")
+        conn.exec_driver_sql("INSERT INTO hub_rev VALUES ('0010')")
     with pytest.raises(UnknownSchema, match="more than one version table"):
-        migrations.current(db_url)
+        migrations.current(empty_url, version_table="hub_rev")
     with pytest.raises(UnknownSchema, match="more than one version table"):
-        HubStore.open(db_url)
-    refused(db_url, engine, "more than one version table")
-    engine.dispose()
+        HubStore.open(empty_url, version_table="hub_rev")
+    refused(empty_url, engine, "more than one version table", version_table="hub_rev")
 
 
 def test_a_version_table_of_another_name(empty_url: URL, engine: Engine) -> None:

@@ -15,6 +15,7 @@ import pytest
 from sqlalchemy import event
 
 from hubstore import HubStore
+from hubstore.models import Agent
 from tests.helpers import FAST_S
 
 
@@ -60,6 +61,20 @@ def test_an_inner_exception_rolls_back_only_the_inner_block(store: HubStore) -> 
         uow.audit_log("event", "kept", "x", "t")  # the outer block goes on
     assert [a.agent_id for a in store.list_all_agents()] == ["kept"]
     assert store.get_hub_stats()["total_messages"] == 1
+
+
+def test_an_inner_block_is_a_savepoint_once_the_session_is_in_use(store: HubStore) -> None:
+    """The unit of work's Session made (uow.session, or a store method that loads
+    through it): an inner block's SAVEPOINT is still emitted at its start, so the store
+    calls in it, which run on the connection, are rolled back with it."""
+    with store.unit_of_work() as uow:
+        assert uow.session.get(Agent, "nobody") is None
+        with pytest.raises(KeyError), store.unit_of_work():
+            store.register_agent("lost", "codex")
+            raise KeyError("inner")
+        uow.register_agent("kept", "codex")
+    assert store.get_agent("lost") is None
+    assert store.get_agent("kept") is not None
 
 
 def test_a_failing_store_method_inside_rolls_back_only_itself(store: HubStore) -> None:

@@ -9,11 +9,13 @@ import sqlite3
 import time
 from pathlib import Path
 
+import pytest
 from sqlalchemy.engine import make_url
 
-from hubstore import HubStore, health
+from hubstore import HubStore, IllegalTransition, health
 from hubstore.ids import now_ms
 from hubstore.models import Message
+from tests.helpers import present
 from tests.reference_ddl import reference_ddl
 from tests.reference_runner import reference_hub, run_reference
 
@@ -126,4 +128,36 @@ def test_the_reference_store_reads_and_moves_scheduled_jobs_on_a_hubstore_file(
         assert (written.not_before_ms, written.retry_backoff_ms) == (None, 0)
         claimed = store.claim_next_assign("w2")
         assert claimed is not None and claimed.job_id == theirs["job_id"]
+    assert health.check(make_url(url)) == []
+
+
+def test_the_reference_store_on_a_cancelled_job(tmp_path: Path) -> None:
+    """Revision 0013's status (docs/compatibility.md): the reference reads a cancelled job
+    as stored and lists it by its status; its figures count it nowhere; its moves check
+    no transition, so a reference process that moves the job by hand revives it, where
+    hubstore's rules refuse."""
+    hub = reference_hub()
+    path, url = hub_file(tmp_path)
+    with HubStore.open(url) as store:
+        job = store.assign_async("lead", "w1", task="c")
+        cancelled = store.cancel_assign(job.job_id, reason="dropped")
+        assert cancelled is not None
+        with pytest.raises(IllegalTransition):
+            store.update_assign_status(job.job_id, "running")
+    got, listed, active, patched, revived = run_reference(hub, path, [
+        ["getAssign", job.job_id],
+        ["listAssigns", {"status": "cancelled"}],
+        ["listAssigns", {"statuses": ["queued", "running"]}],
+        ["updateAssignStatus", job.job_id, None, {"task": "renamed"}],
+        ["updateAssignStatus", job.job_id, "running"],
+    ])
+    assert {k: got[k] for k in cancelled.to_dict()} == cancelled.to_dict()
+    assert got["status"] == "cancelled" and got["error"] == {
+        "message": "assign job cancelled", "reason": "dropped"}
+    assert [j["job_id"] for j in listed] == [job.job_id] and active == []
+    assert (patched["status"], patched["task"]) == ("cancelled", "renamed")
+    assert revived["status"] == "running"
+    with HubStore.open(url) as store:
+        assert present(store.get_assign(job.job_id)).status == "running"
+        assert store.get_audit_stats()["assign_running"] == 1
     assert health.check(make_url(url)) == []

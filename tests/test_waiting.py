@@ -40,6 +40,10 @@ class Child:
             env={**os.environ, "PYTHONPATH": str(CHECKOUT)})
 
     def ready(self) -> None:
+        assert self.line() == {"ready": True}
+
+    def line(self) -> Any:
+        """The next JSON line the child printed (it must print one)."""
         assert self.proc.stdout is not None
         # Byte by byte from the descriptor: a buffered readline could also swallow the
         # result line of a child that finished meanwhile, and communicate() reads the
@@ -50,8 +54,8 @@ class Child:
         line = raw.decode()
         if not line:
             _, err = self.proc.communicate(timeout=CHILD_TIMEOUT_S)
-            raise AssertionError(f"child failed to start: {err}")
-        assert json.loads(line) == {"ready": True}
+            raise AssertionError(f"the child printed nothing more: {err}")
+        return json.loads(line)
 
     def result(self) -> dict[str, Any]:
         try:

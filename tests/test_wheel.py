@@ -44,7 +44,8 @@ def check_metadata(wheel: Path) -> None:
             "License :: OSI Approved :: MIT License"} <= classifiers
     urls = dict(u.split(", ", 1) for u in metadata.get_all("Project-URL") or [])
     assert {"Homepage", "Documentation", "Issues"} <= set(urls), urls
-    assert {"postgres", "testing", "docs"} <= set(metadata.get_all("Provides-Extra") or [])
+    assert {"postgres", "testing", "docs", "web", "otel"} <= set(
+        metadata.get_all("Provides-Extra") or [])
     requires = {r.replace("'", '"') for r in metadata.get_all("Requires-Dist") or []}
     assert 'psycopg>=3.1; extra == "postgres"' in requires  # (either quote, by builder)
     assert metadata["Description-Content-Type"] == "text/markdown"
@@ -94,6 +95,14 @@ def test_installed_wheel_migrates_without_a_checkout(tmp_path: Path) -> None:
     assert sorted(n.rsplit("/", 1)[1] for n in names
                   if n.startswith("hubstore/_alembic/versions/")) == scripts
     assert "hubstore/py.typed" in names
+    # The console's templates and vendored front-end files, each licence beside its file.
+    web = CHECKOUT / "hubstore" / "web"
+    for folder in ("templates", "static"):
+        shipped = sorted(p.relative_to(CHECKOUT).as_posix() for p in (web / folder).iterdir())
+        assert shipped and set(shipped) <= set(names), set(shipped) - set(names)
+    assert {"hubstore/web/static/htmx.min.js", "hubstore/web/static/htmx.LICENSE",
+            "hubstore/web/static/htmx-ext-sse.min.js",
+            "hubstore/web/static/htmx-ext-sse.LICENSE"} <= set(names)
     check_metadata(wheel)
 
     env = tmp_path / "venv"

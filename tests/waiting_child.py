@@ -53,6 +53,53 @@ def claimer(store: HubStore, worker: str, idle_s: str) -> dict[str, Any]:
     return {"claimed": claimed}
 
 
+def crash_claimer(store: HubStore, worker: str) -> dict[str, Any]:
+    """Claim the worker's job, say which, then hang until killed (kill -9 by the test)."""
+    print(json.dumps({"ready": True}), flush=True)
+    job = store.wait_for_assign(worker, timeout_s=10)
+    assert job is not None, "no job within 10 s"
+    print(json.dumps({"job_id": job.job_id, "attempt": job.attempt}), flush=True)
+    time.sleep(3600)
+    return {}
+
+
+def toucher(store: HubStore, worker: str, seconds: str, every_s: str) -> dict[str, Any]:
+    """Claim the worker's job and keep touching it for ``seconds``, then finish it."""
+    print(json.dumps({"ready": True}), flush=True)
+    job = store.wait_for_assign(worker, timeout_s=10)
+    assert job is not None, "no job within 10 s"
+    print(json.dumps({"job_id": job.job_id}), flush=True)
+    touches, end = 0, time.monotonic() + float(seconds)
+    while time.monotonic() < end:
+        job = store.touch_assign(job.job_id, worker, job.attempt)
+        touches += 1
+        time.sleep(float(every_s))
+    outcome = store.finish_assign(job, "succeeded", result={"touches": touches})
+    return {"touches": touches, "event": outcome.event, "attempt": outcome.job.attempt}
+
+
+def quota_worker(store: HubStore, worker: str, batch: str, seed: str) -> dict[str, Any]:
+    """Claim (``batch`` at a time; 1: claim_next_assign) and finish the worker's jobs,
+    each after a moment's work, until none is queued or running for a second."""
+    rng = random.Random(seed)
+    print(json.dumps({"ready": True}), flush=True)
+    done: list[str] = []
+    idle_since = time.monotonic()
+    while time.monotonic() - idle_since < 1.0:
+        if int(batch) == 1:
+            one = store.wait_for_assign(worker, timeout_s=0.2)
+            jobs = [] if one is None else [one]
+        else:
+            jobs = store.wait_for_assigns(worker, int(batch), timeout_s=0.2)
+        if jobs:
+            idle_since = time.monotonic()
+        for job in jobs:
+            time.sleep(rng.uniform(0, 0.004))  # the work
+            store.finish_assign(job, "succeeded")
+            done.append(job.job_id)
+    return {"done": done}
+
+
 class Rollback(Exception):
     pass
 

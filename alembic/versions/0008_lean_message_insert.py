@@ -1,7 +1,7 @@
 """A leaner message insert on SQLite: message_log without AUTOINCREMENT.
 
 Every message insert (audit_log) pays for hubstore's triggers in WAL pages and CPU
-(docs/performance.md weighs them with a raw sqlite3 loop of audit_log's INSERT).
+(benchmarks/HISTORY.md weighs them with a raw sqlite3 loop of audit_log's INSERT).
 ``message_log.seq`` becomes a plain ``INTEGER PRIMARY KEY`` (the rowid): AUTOINCREMENT
 made SQLite look up and rewrite message_log's ``sqlite_sequence`` row on every insert,
 one more page in each commit (15.0 -> 14.1 pages per insert at 20,000 rows).

@@ -2,7 +2,7 @@
 two index writes fewer per message insert.
 
 Every message insert (audit_log) writes one page of each index on ``messages``, and on
-SQLite that is most of its cost (docs/performance.md weighs them). Two of revision
+SQLite that is most of its cost (benchmarks/HISTORY.md weighs them). Two of revision
 0003's indexes doubled two of the reference's, each on the same rows:
 
 - ``idx_messages_to_agent`` (reference: ``to_agent, status``) beside

@@ -19,29 +19,41 @@ from hubstore.models import AssignJob, table_of
 CLAIM_WORKER = "w"
 
 
-def claim_loop(store: HubStore) -> list[str]:
-    """Claim and finish jobs of CLAIM_WORKER until none is left; the ids claimed."""
+#: The assign limit the "limited" lane's jobs count against, far from binding.
+LIMIT_KEY, UNBOUND = "bench", 10**9
+
+
+def claim_loop(store: HubStore, batch: int = 1) -> list[str]:
+    """Claim and finish jobs of CLAIM_WORKER until none is left, ``batch`` per claim
+    (1: claim_next_assign and report_assign_result; more: claim_next_assigns and
+    report_assign_results); the ids claimed."""
     job_ids: list[str] = []
-    while (job := store.claim_next_assign(CLAIM_WORKER)) is not None:
-        store.report_assign_result(
-            job.job_id,
-            "succeeded",
-            worker_agent=CLAIM_WORKER,
-            attempt=job.attempt,
-            result={"ok": 1},
-        )
-        job_ids.append(job.job_id)
+    if batch == 1:
+        while (job := store.claim_next_assign(CLAIM_WORKER)) is not None:
+            store.report_assign_result(job.job_id, "succeeded", worker_agent=CLAIM_WORKER,
+                                       attempt=job.attempt, result={"ok": 1})
+            job_ids.append(job.job_id)
+        return job_ids
+    while claimed := store.claim_next_assigns(CLAIM_WORKER, batch):
+        store.report_assign_results([{"job_id": job.job_id, "status": "succeeded",
+                                      "attempt": job.attempt, "result": {"ok": 1}}
+                                     for job in claimed], worker_agent=CLAIM_WORKER)
+        job_ids.extend(job.job_id for job in claimed)
     return job_ids
 
 
-def create_claim_jobs(store: HubStore, jobs: int) -> list[str]:
+def create_claim_jobs(store: HubStore, jobs: int, limited: bool = False) -> list[str]:
+    """``jobs`` queued jobs of CLAIM_WORKER; ``limited``: each counting against
+    LIMIT_KEY, whose limit is declared but never binds."""
+    if limited:
+        store.set_assign_limit(LIMIT_KEY, max_running=UNBOUND)
     ids: list[str] = []
     for first in range(0, jobs, PRELOAD_UNIT_ROWS):
         with store.unit_of_work() as uow:
             for k in range(first, min(jobs, first + PRELOAD_UNIT_ROWS)):
                 job = uow.create_assign(
-                    supervisor_agent="lead", worker_agent=CLAIM_WORKER, task=f"claim{k}"
-                )
+                    supervisor_agent="lead", worker_agent=CLAIM_WORKER, task=f"claim{k}",
+                    limit_key=LIMIT_KEY if limited else None)
                 ids.append(job.job_id)
     return ids
 
@@ -53,10 +65,12 @@ def raw_claim_loop(url: str, connected: Callable[[], None]) -> list[str]:
     An anchor: about the most any Python client could do with these statements."""
     import psycopg
 
-    from hubstore.services.assign_hub import CLAIM, finish_with_event
+    from hubstore.services.assign_hub import finish_with_event
+    from hubstore.services.claims import claim_statement
 
     dialect = create_engine(url).dialect  # the URL's own (psycopg), as hubstore compiles
-    claim_sql, _, claim_bound = driver_statement(CLAIM, dialect)
+    claim_sql, _, claim_bound = driver_statement(claim_statement(dialect_for("postgresql")),
+                                                 dialect)
     finish_sql, _, finish_bound = driver_statement(
         finish_with_event(dialect_for("postgresql"), False), dialect)
     names = list(table_of(AssignJob).c.keys())
@@ -67,7 +81,8 @@ def raw_claim_loop(url: str, connected: Callable[[], None]) -> list[str]:
         connected()
         while True:
             row = conn.execute(claim_sql, {**claim_bound, "p_worker": CLAIM_WORKER,
-                                           "p_now": now_ms()}, prepare=True).fetchone()
+                                           "p_now": now_ms(), "p_limit": 1},
+                               prepare=True).fetchone()
             if row is None:
                 return job_ids
             finished = conn.execute(finish_sql, {

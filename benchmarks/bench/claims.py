@@ -29,6 +29,13 @@ from bench.statement_count import count_per_job
 from hubstore import HubStore
 
 CLAIM_TIMEOUT_S = 600
+#: A store whose next look for stalled jobs is due at this time never looks.
+NEVER = 2**62
+#: The lanes --claim-lanes adds beside hubstore's own, each what it leaves out or adds.
+LANE_MEANINGS = {
+    "no-rescue": "the claim path without its look for stalled jobs (as before issue 29)",
+    "limited": "every job counting against an assign limit that never binds",
+}
 COUNTED_JOBS = 200
 
 
@@ -40,7 +47,7 @@ class ClaimReport:
 
 
 def claim_worker(index: int, url: str, ready: Any, start: Any, results: Any,
-                 lane: str = "hubstore") -> None:
+                 lane: str = "hubstore", batch: int = 1) -> None:
     """Child process: open its own store, wait for the start signal, claim until empty
     (lane "raw": raw_claim_loop, "bare": bare_claim_loop, each on a psycopg connection
     of its own).
@@ -64,9 +71,11 @@ def claim_worker(index: int, url: str, ready: Any, start: Any, results: Any,
             job_ids = bare_claim_loop(url, connected)
         else:
             with HubStore.open(url) as store:
+                if lane == "no-rescue":  # the claim path as it was before issue 29
+                    store.db.rescue_at_ms = NEVER
                 store.get_hub_stats()  # connect before the start signal
                 connected()
-                job_ids = claim_loop(store)
+                job_ids = claim_loop(store, batch)
     except Exception as exc:  # reported to the parent, which fails the run
         error = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
     if not signalled:
@@ -84,14 +93,14 @@ def final_statuses(store: HubStore, ids: Sequence[str]) -> dict[str, int]:
     return counts
 
 
-def run_claim_processes(url: str, processes: int, lane: str = "hubstore"
+def run_claim_processes(url: str, processes: int, lane: str = "hubstore", batch: int = 1
                         ) -> tuple[list[ClaimReport], float]:
     ctx = mp.get_context("spawn")
     ready = ctx.Semaphore(0)
     start = ctx.Event()
     results = ctx.Queue()
     procs = [
-        ctx.Process(target=claim_worker, args=(k, url, ready, start, results, lane))
+        ctx.Process(target=claim_worker, args=(k, url, ready, start, results, lane, batch))
         for k in range(processes)
     ]
     for proc in procs:
@@ -124,10 +133,10 @@ def claim_once(args: argparse.Namespace, url: str, log: Callable[[str], None],
         statuses = bare_statuses(url)
     else:
         with HubStore.open(url, auto_migrate=True) as store:
-            ids = create_claim_jobs(store, args.jobs)
-            log(f"  {args.processes} {'raw psycopg ' if lane == 'raw' else ''}processes "
-                "claiming")
-            reports, wall = run_claim_processes(url, args.processes, lane)
+            ids = create_claim_jobs(store, args.jobs, limited=lane == "limited")
+            log(f"  {args.processes} {lane} processes claiming, {args.claim_batch} a claim")
+            reports, wall = run_claim_processes(url, args.processes, lane,
+                                                1 if lane == "raw" else args.claim_batch)
             statuses = final_statuses(store, ids)
     claimed = [job_id for report in reports for job_id in report.job_ids]
     checks = {
@@ -152,8 +161,12 @@ def run_claim(args: argparse.Namespace, target: Target, log: Callable[[str], Non
     runs = []
     raw_runs = []
     bare_runs = []
+    extra: dict[str, list[dict[str, Any]]] = {lane: [] for lane in args.claim_lanes}
     for k in range(args.repeat):
         if k:
+            url = target.fresh()
+        for lane, lane_runs in extra.items():  # alternating with hubstore's, each on an
+            lane_runs.append(claim_once(args, url, log, lane=lane))  # emptied database
             url = target.fresh()
         runs.append(claim_once(args, url, log))
         if args.raw_driver:  # alternating with hubstore's runs, each on an emptied database
@@ -161,13 +174,15 @@ def run_claim(args: argparse.Namespace, target: Target, log: Callable[[str], Non
             bare_runs.append(claim_once(args, url, log, lane="bare"))
             url = target.fresh()  # (last: the per-job count below runs on hubstore's schema)
             raw_runs.append(claim_once(args, url, log, lane="raw"))
-    failed = [run for run in [*runs, *raw_runs, *bare_runs]
+    failed = [run for run in [*runs, *raw_runs, *bare_runs, *(r for lane in extra.values()
+                                                                for r in lane)]
               if run["errors"] or not all(v for n, v in run["checks"].items()
                                           if n != "claimed_total")]
     shown = failed[0] if failed else runs[-1]
     errors = [f"run {k + 1}, {error}" for k, run in enumerate(runs) for error in run["errors"]]
     errors += [f"{label} run {k + 1}, {error}"
-               for label, lane in (("raw psycopg", raw_runs), ("bare queue", bare_runs))
+               for label, lane in (("raw psycopg", raw_runs), ("bare queue", bare_runs),
+                                   *extra.items())
                for k, run in enumerate(lane) for error in run["errors"]]
     ok = not failed
     checks = shown["checks"]
@@ -200,12 +215,21 @@ def run_claim(args: argparse.Namespace, target: Target, log: Callable[[str], Non
             "bare_queue_runs": bare_runs, "bare_jobs_per_s_spread": spread(bare_rates),
             "raw_share_of_bare": float(
                 f"{statistics.median(raw_rates) / statistics.median(bare_rates):.4g}")})
+    payload["claim_batch"] = args.claim_batch
+    for lane, lane_runs in extra.items():
+        lane_rates = [run["jobs_per_s"] for run in lane_runs]
+        payload[f"{lane}_runs"] = lane_runs
+        payload[f"{lane}_jobs_per_s_spread"] = spread(lane_rates)
+        # this lane's median beside hubstore's, and its per-repeat pairs' median ratio
+        payload[f"{lane}_share_of_hubstore"] = float(
+            f"{statistics.median(lane_rates) / statistics.median(rates):.4g}")
     rows = [[f"{label}run {k + 1}", f"{run['jobs_per_s']:,.1f}",
              " ".join(f"{n:,}" for n in run["per_process"]),
              "yes" if run["checks"]["claimed_once"] and run["checks"]["all_succeeded"]
              else "NO"]
             for label, lane in (("", runs), ("raw psycopg ", raw_runs),
-                                ("bare queue ", bare_runs))
+                                ("bare queue ", bare_runs),
+                                *((f"{name} ", lane_runs) for name, lane_runs in extra.items()))
             for k, run in enumerate(lane)]
     table = format_table(["run", "jobs/s", "jobs per process", "each once"], rows)
     rate = spread(rates)
@@ -227,6 +251,13 @@ def run_claim(args: argparse.Namespace, target: Target, log: Callable[[str], Non
             f"bare queue (a key and one partial index, no triggers, no event), psycopg "
             f"alone: {bare_rate['median']:,.1f} jobs/s median (min {bare_rate['min']:,.1f}, "
             f"max {bare_rate['max']:,.1f}); raw/bare {payload['raw_share_of_bare']:.2f}")
+    for lane, meaning in LANE_MEANINGS.items():
+        if lane in extra:
+            lane_rate = payload[f"{lane}_jobs_per_s_spread"]
+            lines.append(
+                f"{meaning}: {lane_rate['median']:,.1f} jobs/s median (min "
+                f"{lane_rate['min']:,.1f}, max {lane_rate['max']:,.1f}); "
+                f"{lane}/hubstore {payload[f'{lane}_share_of_hubstore']:.3f}")
     if per_job:
         trips = per_job.get("round_trips")
         lines.append(f"per job: {per_job['statements']} statements"

@@ -41,6 +41,14 @@ def _workload_list(value: str) -> list[str]:
     return names
 
 
+def _claim_lanes(value: str) -> list[str]:
+    lanes = [lane.strip() for lane in value.split(",") if lane.strip()]
+    known = ("no-rescue", "limited")
+    if not lanes or any(lane not in known for lane in lanes):
+        raise argparse.ArgumentTypeError(f"expected lanes of {', '.join(known)}")
+    return list(dict.fromkeys(lanes))
+
+
 def _scale_list(value: str) -> list[int]:
     scales = [_count_arg(part) for part in value.split(",") if part.strip()]
     if not scales:
@@ -103,6 +111,15 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     parser.add_argument(
         "--claim", action="store_true", help="multi-process claim_next_assign benchmark"
     )
+    parser.add_argument(
+        "--claim-lanes", type=_claim_lanes, default=[], metavar="LANE,...",
+        help="--claim: also these lanes, alternating with hubstore's, each on an emptied "
+        "database: no-rescue (the claims' look for stalled jobs off, as before it had "
+        "one), limited (every job under an assign limit that never binds)")
+    parser.add_argument(
+        "--claim-batch", type=int, default=1, metavar="N",
+        help="--claim: jobs per claim (claim_next_assigns and report_assign_results; "
+        "default 1: claim_next_assign and report_assign_result)")
     parser.add_argument(
         "--peers", action="store_true",
         help="job queues side by side on one PostgreSQL server (--url): hubstore's assign "
@@ -195,6 +212,10 @@ def parse_args(description: str, argv: Sequence[str] | None = None) -> argparse.
             parser.error(why)
     if args.hub and (args.agents < 1 or args.seconds < 1 or args.budget <= 0):
         parser.error("--agents, --seconds and --budget must be positive")
+    if (args.claim_lanes or args.claim_batch != 1) and not args.claim:
+        parser.error("--claim-lanes and --claim-batch go with --claim")
+    if not 1 <= args.claim_batch <= 1000:
+        parser.error("--claim-batch is 1..1000")
     if args.raw_driver and args.scaling:
         parser.error("--raw-driver goes with the standard run, --hub or --claim")
     if args.raw_driver:

@@ -94,6 +94,12 @@ def _command_url(ctx: click.Context, _param: click.Parameter, value: str | None)
     return _resolve(None)
 
 
+def given_url(ctx: click.Context) -> URL:
+    """The URL a group was given (--url, before or on it), else $HUBSTORE_URL, else the
+    embedded default: for a group that runs as a command of its own."""
+    return _command_url(ctx, click.Option(["--url"]), None)
+
+
 def _resolve(value: str | None) -> URL:
     try:
         return resolve_url(value or None)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import signal
 import sqlite3
+import threading
 from pathlib import Path
 
 import alembic.command
@@ -24,8 +26,10 @@ from hubstore.cli.common import (
     print_json,
     reported,
     shown,
+    writing,
 )
 from hubstore.engine import sqlite_path
+from hubstore.maintenance import run_maintenance, sweep_once
 from hubstore.store import HubStore
 from hubstore.urls import folder_refusal
 
@@ -315,3 +319,40 @@ def prune(older_than: int, batch_size: int, url: URL) -> None:
                 older_than, batch_size=batch_size,
                 progress=lambda n: bar.update(task, advance=n))
     click.echo(deleted)
+
+
+@db.command()
+@click.option("--every", type=click.FloatRange(min=0, min_open=True), default=None,
+              metavar="SECONDS",
+              help="Sweep every SECONDS until stopped (Ctrl-C, SIGTERM); else once.")
+@command_options
+def sweep(every: float | None, url: URL) -> None:
+    """Run the hub's sweeps: assign jobs past their deadline timed out (and retried
+    while retries remain), expired messages to dead letters, overdue human requests
+    timed out, stale agents marked. Claims already take back stalled jobs; this serves
+    hubs where nobody claims. Safe beside other sweepers.
+
+    Prints what each round moved (name<TAB>count, for each count above 0); with
+    --every, a round's lines only when it moved something.
+    """
+    with reported("sweeping", url):
+        _existing(url)
+        with HubStore.open(url) as store:
+            if every is None:
+                _print_moved(sweep_once(store), always=True)
+                return
+            stop = threading.Event()
+            previous = signal.signal(signal.SIGTERM, lambda *_: stop.set())
+            try:
+                run_maintenance(store, every, stop=stop, on_round=_print_moved)
+            except KeyboardInterrupt:
+                pass
+            finally:
+                signal.signal(signal.SIGTERM, previous)
+
+
+def _print_moved(moved: dict[str, int], always: bool = False) -> None:
+    lines = [f"{name}\t{count}" for name, count in moved.items() if count]
+    if lines or always:
+        with writing():
+            click.echo("\n".join(lines) if lines else "nothing to sweep")

@@ -1,10 +1,11 @@
-"""Looking at a hub: ``hubstore stats|agents|jobs|messages|reflexion``. Read-only.
+"""Looking at a hub: ``hubstore stats|agents|messages|reflexion`` (``jobs`` is
+:mod:`hubstore.cli.jobs`). Read-only.
 
 Rows go to stdout as a table in a terminal and as tab-separated lines in a pipe (see
-:mod:`hubstore.cli.output`), or as one JSON document with ``--json``. ``jobs`` and
-``messages`` page with ``--limit`` and ``--offset`` inside the rows the store lists
-(list_assigns and poll_for_agent return at most the first 100); a note on stderr says when
-more rows follow, or when the store's 100 were reached.
+:mod:`hubstore.cli.output`), or as one JSON document with ``--json``. ``messages`` pages
+with ``--limit`` and ``--offset`` inside the rows the store lists (poll_for_agent returns
+at most the newest 100, as the reference's does); a note on stderr says when more rows
+follow, or when the store's 100 were reached.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from hubstore.cli.common import (
     when,
 )
 from hubstore.cli.output import Column, key, show
-from hubstore.models import ASSIGN_STATUSES, Base
+from hubstore.models import Base
 from hubstore.reflexion import lookup_solution
 from hubstore.store import HubStore
 from hubstore.uow import UnitOfWork
@@ -40,7 +41,7 @@ STORE_WINDOW = 100
 
 
 @contextmanager
-def _reading(action: str, url: URL) -> Iterator[UnitOfWork]:
+def reading(action: str, url: URL) -> Iterator[UnitOfWork]:
     """A read-only unit of work on an existing database; failures become one line."""
     with reported(action, url):
         health.require_file(url)
@@ -56,7 +57,7 @@ def _show(rows: Sequence[Base], as_json: bool, title: str, columns: list[Column]
         show(title, columns, dicts)
 
 
-def _time(heading: str, name: str) -> Column:
+def time_column(heading: str, name: str) -> Column:
     return Column(heading, lambda d: when(d.get(name)), whole=True)
 
 
@@ -105,17 +106,28 @@ def _note(note: str | None) -> None:
 @json_option
 @command_options
 def stats(as_json: bool, url: URL) -> None:
-    """The hub's figures (get_hub_stats and get_audit_stats together).
+    """The hub's figures (get_hub_stats and get_audit_stats together), each assign
+    limit's among them (``assign_limits.KEY.running``...).
 
     Lines in a pipe: figure, value.
     """
-    with _reading("reading the figures", url) as uow:
+    with reading("reading the figures", url) as uow:
         figures = {**uow.get_hub_stats(), **uow.get_audit_stats()}
     if as_json:
         print_json(figures)
         return
     show("hub figures", [key("figure", "figure"), key("value", "value", right=True)],
-         [{"figure": name, "value": value} for name, value in figures.items()])
+         [{"figure": name, "value": value} for name, value in _flat(figures)])
+
+
+def _flat(figures: dict[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Figures as (name, value) lines, a nested one's names joined by dots
+    (``assign_limits.codex.running``)."""
+    for name, value in figures.items():
+        if isinstance(value, dict):
+            yield from _flat(value, f"{prefix}{name}.")
+        else:
+            yield f"{prefix}{name}", "" if value is None else value
 
 
 @main.command()
@@ -126,38 +138,12 @@ def agents(as_json: bool, url: URL) -> None:
 
     Lines in a pipe: agent, cli, status, topics, last seen (UTC), lease until (UTC).
     """
-    with _reading("listing the agents", url) as uow:
+    with reading("listing the agents", url) as uow:
         rows = uow.list_all_agents()
     _show(rows, as_json, "agents", [
         key("agent", "agent_id"), key("cli", "cli"), key("status", "status"),
-        key("topics", "topics", whole=False), _time("last seen (UTC)", "last_seen_ms"),
-        _time("lease until (UTC)", "lease_expires_ms")])
-
-
-@main.command()
-@click.option("--status", type=click.Choice(ASSIGN_STATUSES), default=None,
-              help="Only jobs with this status.")
-@click.option("--worker", default=None, metavar="AGENT", help="Only this worker's jobs.")
-@limit_option(50, "jobs")
-@offset_option("jobs")
-@json_option
-@command_options
-def jobs(status: Any, worker: str | None, limit: int, offset: int, as_json: bool,
-         url: URL) -> None:
-    """Assign jobs, most recently updated first.
-
-    Lines in a pipe: job, status, worker, supervisor, task, attempt, updated (UTC).
-    """
-    with _reading("listing the jobs", url) as uow:
-        rows, note = _page(
-            lambda n: uow.list_assigns(status=status, worker_agent=worker, limit=n),
-            offset, limit, "jobs", "most recently updated jobs",
-            "; narrow them with --status or --worker")
-    _show(rows, as_json, "assign jobs", [
-        key("job", "job_id"), key("status", "status"), key("worker", "worker_agent"),
-        key("supervisor", "supervisor_agent"), key("task", "task", whole=False),
-        key("attempt", "attempt", right=True), _time("updated (UTC)", "updated_at_ms")])
-    _note(note)
+        key("topics", "topics", whole=False), time_column("last seen (UTC)", "last_seen_ms"),
+        time_column("lease until (UTC)", "lease_expires_ms")])
 
 
 @main.command()
@@ -172,14 +158,14 @@ def messages(agent: str, limit: int, offset: int, as_json: bool, url: URL) -> No
     Lines in a pipe: id, type, from, to, topic, priority, status, created (UTC), payload
     (JSON).
     """
-    with _reading("reading the messages", url) as uow:
+    with reading("reading the messages", url) as uow:
         rows, note = _page(lambda n: uow.poll_for_agent(agent, n), offset, limit,
                            "messages", f"newest messages for {agent}", "")
     _show(rows, as_json, f"messages for {agent}", [
         key("id", "id"), key("type", "type"), key("from", "from_agent"),
         key("to", "to_agent"), key("topic", "topic"),
         key("priority", "priority", right=True), key("status", "status"),
-        _time("created (UTC)", "created_at_ms"), key("payload", "payload", whole=False)])
+        time_column("created (UTC)", "created_at_ms"), key("payload", "payload", whole=False)])
     _note(note)
 
 
@@ -192,7 +178,7 @@ def reflexion(error_text: str, as_json: bool, url: URL) -> None:
 
     Lines in a pipe: id, pattern, solution, confidence, hits, successes.
     """
-    with _reading("looking up the error", url) as uow:
+    with reading("looking up the error", url) as uow:
         entries = lookup_solution(uow, error_text).entries
     _show(entries, as_json, "reflexion entries", [
         key("id", "id"), key("pattern", "error_pattern", whole=False),

@@ -11,6 +11,8 @@ from sqlalchemy import (
     ColumnClause,
     ColumnElement,
     Connection,
+    Executable,
+    FromClause,
     Select,
     String,
     Table,
@@ -41,6 +43,10 @@ class SqlDialect(ABC):
     #: Whether an INSERT, UPDATE or DELETE may stand in a WITH clause (PostgreSQL's
     #: data-modifying CTEs): a move and its event message in one statement.
     writable_ctes: bool
+    #: Whether transactions run side by side and serialize on row locks (PostgreSQL),
+    #: rather than one writer at a time under the database's write lock (SQLite): a
+    #: decision read in one statement must then be taken again under the row's lock.
+    row_locks: bool
 
     @abstractmethod
     def insert(self, table: Table) -> Any:
@@ -102,6 +108,40 @@ class SqlDialect(ABC):
         return condition
 
     @abstractmethod
+    def start_times(self, starts: ColumnElement[Any]) -> tuple[FromClause, ColumnElement[Any]]:
+        """The elements of the JSON array of integers in ``starts`` as rows: a FROM item
+        (a table-valued function of the column, which may stand in a join after the
+        column's table) and its value as an integer."""
+
+    @abstractmethod
+    def lesser(self, first: ColumnElement[Any], second: ColumnElement[Any]
+               ) -> ColumnElement[Any]:
+        """The lesser of two numbers, NULL counting as no bound (NULL when both are)."""
+
+    @abstractmethod
+    def greater(self, first: ColumnElement[Any], second: ColumnElement[Any]
+                ) -> ColumnElement[Any]:
+        """The greater of two numbers, a NULL one left out (NULL when both are)."""
+
+    def limit_room_for(self, limit: FromClause, count: ColumnElement[Any],
+                       now: ColumnElement[Any]) -> ColumnElement[bool]:
+        """Where row locks serialize (row_locks): whether ``count`` more jobs of the key
+        may start at ``now``, read from the key's own row alone (no subquery), so that
+        PostgreSQL checks it again on the row's newest version once it holds its lock."""
+        raise NotImplementedError(f"{self.name} takes its decisions under its write lock")
+
+    def hold_still(self, table: Table) -> Executable | None:
+        """A statement that keeps every other transaction from writing ``table`` until
+        this one ends (waiting for those writing it now), so that a count of its rows
+        stays true until the commit; None where the write lock held already does."""
+        return None
+
+    def room_notice(self, key: str) -> Executable | None:
+        """A statement that wakes the claimers waiting for room under the limit ``key``
+        (PostgreSQL: a NOTIFY at commit), or None where any commit wakes every waiter."""
+        return None
+
+    @abstractmethod
     def json_key_equals(self, column: ColumnElement[Any], key: str, kind: str,
                         value: BindParameter[Any]) -> ColumnElement[bool]:
         """The JSON object in ``column`` has ``key`` equal to the bound ``value`` of JSON
@@ -146,6 +186,11 @@ class SqlDialect(ABC):
     @abstractmethod
     def refuse_writes(self, driver: Any, on: bool) -> None:
         """Make the open transaction on ``driver`` refuse writes, or allow them again."""
+
+    @abstractmethod
+    def begin_for_savepoint(self, driver: Any) -> None:
+        """Begin the application's transaction on ``driver`` unless the driver has begun
+        it, so that a SAVEPOINT made next is inside it."""
 
     def transaction_failed(self, conn: Connection) -> bool:
         """Whether the server aborted the transaction open on ``conn`` (it can only roll

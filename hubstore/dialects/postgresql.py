@@ -6,19 +6,25 @@ from typing import Any
 
 from sqlalchemy import (
     CTE,
+    BigInteger,
     BindParameter,
     ColumnClause,
     ColumnElement,
     Connection,
+    Executable,
+    FromClause,
+    Integer,
     Select,
     Table,
     Text,
     TextClause,
+    and_,
     any_,
     bindparam,
     cast,
     func,
     literal_column,
+    or_,
     select,
     text,
 )
@@ -38,6 +44,7 @@ _ASCII_LOWER = str.maketrans(_UPPER, _LOWER)
 class PostgreSQLDialect(SqlDialect):
     name = "postgresql"
     writable_ctes = True
+    row_locks = True
 
     def insert(self, table: Table) -> postgresql.Insert:
         return postgresql.insert(table)
@@ -78,6 +85,36 @@ class PostgreSQLDialect(SqlDialect):
         return (func.jsonb_to_recordset(bindparam(name, type_=JSONB))
                 .table_valued(*columns).render_derived("records", with_types=True))
 
+    def start_times(self, starts: ColumnElement[Any]) -> tuple[FromClause, ColumnElement[Any]]:
+        each = func.jsonb_array_elements(starts).table_valued("value")
+        return each, cast(each.c.value, BigInteger)
+
+    def lesser(self, first: ColumnElement[Any], second: ColumnElement[Any]
+               ) -> ColumnElement[Any]:
+        return func.least(first, second)  # (PostgreSQL's least ignores NULLs)
+
+    def greater(self, first: ColumnElement[Any], second: ColumnElement[Any]
+                ) -> ColumnElement[Any]:
+        return func.greatest(first, second)
+
+    def limit_room_for(self, limit: FromClause, count: ColumnElement[Any],
+                       now: ColumnElement[Any]) -> ColumnElement[bool]:
+        # Revision 0014's trigger keeps the start times sorted, the max_starts newest:
+        # room for `count` more when the (max_starts - count + 1)-th newest start is
+        # outside the window (or there are not that many).
+        c = limit.c
+        at = func.jsonb_array_length(c.starts_json) - c.max_starts + count - 1
+        decisive = cast(c.starts_json.op("->>")(cast(at, Integer)), BigInteger)
+        return and_(or_(c.max_running.is_(None), c.running + count <= c.max_running),
+                    or_(c.max_starts.is_(None), at < 0, decisive <= now - c.per_ms))
+
+    def hold_still(self, table: Table) -> Executable:
+        return text(f"LOCK TABLE {table.name} IN SHARE MODE")  # (a table of ours)
+
+    def room_notice(self, key: str) -> Executable:
+        return select(func.pg_notify(const("hubstore_assigns"),
+                                     const("l") + func.md5(bindparam("p_key", key, Text))))
+
     def json_not_null(self, column: ColumnElement[Any]) -> ColumnElement[bool]:
         return func.jsonb_typeof(column) != const("null")
 
@@ -113,6 +150,9 @@ class PostgreSQLDialect(SqlDialect):
             # rolls the whole transaction back, savepoint and all)
             driver.execute("ROLLBACK TO SAVEPOINT hubstore_read_only; "
                            "RELEASE SAVEPOINT hubstore_read_only")
+
+    def begin_for_savepoint(self, driver: Any) -> None:
+        """Nothing: psycopg begins a transaction before any statement."""
 
     def end_failed_commit(self, driver: Any) -> None:
         """Nothing: SQLAlchemy's rollback ended it."""

@@ -8,6 +8,7 @@ from sqlalchemy import (
     JSON,
     BindParameter,
     ColumnElement,
+    FromClause,
     Table,
     Text,
     TextClause,
@@ -24,6 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import sqlite
 
 from hubstore.dialects.base import SqlDialect, const
+from hubstore.sqlite import begin_statement
 
 #: What json_type() says for each kind of a context filter's value.
 _JSON_TYPES = {"text": ("text",), "number": ("integer", "real")}
@@ -37,6 +39,7 @@ def _one_of(expr: ColumnElement[Any], names: tuple[str, ...]) -> ColumnElement[b
 class SQLiteDialect(SqlDialect):
     name = "sqlite"
     writable_ctes = False
+    row_locks = False
 
     def insert(self, table: Table) -> sqlite.Insert:
         return sqlite.insert(table)
@@ -54,6 +57,19 @@ class SQLiteDialect(SqlDialect):
 
     def in_json_array(self, column: ColumnElement[Any], name: str) -> TextClause:
         return text(f"{column} IN (SELECT value FROM json_each(:{name}))")
+
+    def start_times(self, starts: ColumnElement[Any]) -> tuple[FromClause, ColumnElement[Any]]:
+        each = func.json_each(starts).table_valued("value")
+        return each, each.c.value
+
+    def lesser(self, first: ColumnElement[Any], second: ColumnElement[Any]
+               ) -> ColumnElement[Any]:
+        # (SQLite's min() of a NULL is NULL: each side stands in for a missing other)
+        return func.min(func.coalesce(first, second), func.coalesce(second, first))
+
+    def greater(self, first: ColumnElement[Any], second: ColumnElement[Any]
+                ) -> ColumnElement[Any]:
+        return func.max(func.coalesce(first, second), func.coalesce(second, first))
 
     def json_not_null(self, column: ColumnElement[Any]) -> ColumnElement[bool]:
         return func.trim(column, func.char(32, 9, 10, 13)) != const("null")
@@ -112,6 +128,12 @@ class SQLiteDialect(SqlDialect):
 
     def refuse_writes(self, driver: Any, on: bool) -> None:
         driver.execute(f"PRAGMA query_only = {1 if on else 0}")  # (a pragma: not counted)
+
+    def begin_for_savepoint(self, driver: Any) -> None:
+        """pysqlite begins only before its first INSERT, UPDATE or DELETE: a SAVEPOINT
+        before that would be the transaction itself, and its RELEASE a commit."""
+        if not driver.in_transaction:
+            driver.execute(begin_statement(True))
 
     def end_failed_commit(self, driver: Any) -> None:
         if driver.in_transaction:  # SQLAlchemy left a failed COMMIT's open

@@ -30,15 +30,17 @@ from sqlalchemy import (
 from hubstore import assign_rules as rules
 from hubstore.dialects import SqlDialect
 from hubstore.errors import (
+    AssignCancelled,
     AssignNotFound,
     HubStoreError,
+    IllegalTransition,
     RetryExhausted,
     StaleAttempt,
     ValidationError,
     WorkerMismatch,
     describe,
 )
-from hubstore.execution import Prepared, execute, from_row
+from hubstore.execution import Prepared, from_row
 from hubstore.ids import now_ms, uuidv7
 from hubstore.jsontype import MAX_JSON_DEPTH
 from hubstore.models import AssignJob, Message, table_of
@@ -50,12 +52,12 @@ from hubstore.services.assigns import (
     computed_from,
     create_assign,
     in_sources,
+    insert_job,
     kept_by_rules,
     lock_job,
     move,
     new_job,
     retry,
-    running_times,
     snapshot,
     terminal_times,
     write_guarded,
@@ -68,6 +70,7 @@ from hubstore.validation import (
     lookup_key,
     optional_int,
     refuse_unknown,
+    require_bool,
     require_id,
     require_int,
     require_text,
@@ -76,8 +79,6 @@ from hubstore.validation import (
 EVENT_TOPIC = "assign.result"
 #: A supervisor event's priority is at least this (the reference's Math.max(5, priority)).
 EVENT_MIN_PRIORITY = 5
-#: The timeout sweep handles at most this many due jobs per call, as the reference does.
-SWEEP_BATCH = 100
 _jobs = table_of(AssignJob)
 _messages = table_of(Message)
 #: The hub's messages hold a job's payload, result or error one level down.
@@ -107,11 +108,14 @@ def handoff_fields(job: Mapping[str, Any], reason: str) -> dict[str, Any]:
                 "payload": job["payload"]}}
 
 
-def dispatch(uow: Transaction, job: AssignJob, reason: str) -> AssignJob:
-    """Record the handoff message to the worker and point last_message_id at it."""
+def dispatch(uow: Transaction, job: AssignJob, reason: str, now: int | None = None
+             ) -> AssignJob:
+    """Record the handoff message to the worker and point last_message_id at it (the
+    job updated at ``now``, else the clock)."""
     message = record_message(uow, **handoff_fields(snapshot(job), reason),
                              max_depth=ENVELOPE_DEPTH)
-    return write_guarded(uow, job, {"last_message_id": message.id, "updated_at_ms": now_ms()})
+    return write_guarded(uow, job, {"last_message_id": message.id,
+                                    "updated_at_ms": now_ms() if now is None else now})
 
 
 @functools.cache
@@ -128,23 +132,20 @@ def _jobs_with_handoffs(sql: SqlDialect) -> Prepared:
         .returning(*_jobs.c), _jobs)
 
 
-def create_and_dispatch(uow: Transaction, make_rows: Sequence[Callable[[int], dict[str, Any]]]
-                        ) -> list[AssignJob]:
-    """New jobs (each made by one of ``make_rows``) and their handoff messages, written
-    in one statement where the dialect has JSON rows (the rows assign_async's two steps
-    write); the jobs in the order of ``make_rows``. The handoff's payload holds the
-    job's checked values one level down (ENVELOPE_DEPTH), so it needs no check of its
-    own: the rows' JSON is checked once more as it is written."""
-    now = now_ms()
+def create_and_dispatch(uow: Transaction, rows: Sequence[dict[str, Any]]) -> list[AssignJob]:
+    """New jobs (their attribute-keyed rows) and their handoff messages, written in one
+    statement (the rows assign_async's two steps write; where the dialect has JSON
+    rows), the jobs in the order of ``rows``. The handoff's payload holds the job's
+    checked values one level down (ENVELOPE_DEPTH), so it needs no check of its own:
+    the rows' JSON is checked once more as it is written."""
     jobs: list[dict[str, Any]] = []
     messages: list[dict[str, Any]] = []
-    for make_row in make_rows:
-        row = make_row(now)
+    for row in rows:
         message_id = uuidv7()
-        row["last_message_id"] = message_id
+        row = {**row, "last_message_id": message_id}
         fields = handoff_fields(row, "create")
         jobs.append(by_column(row))
-        messages.append(message_row(message_id, now, **fields))
+        messages.append(message_row(message_id, row["created_at_ms"], **fields))
     made = {job.job_id: job for job in _jobs_with_handoffs(uow.sql).instances(
         uow, {"p_jobs": jobs, "p_messages": messages}, AssignJob)}
     ordered = [made[row["job_id"]] for row in jobs]
@@ -185,18 +186,20 @@ def notify_supervisor(uow: Transaction, job: AssignJob, event: str,
 
 
 def finish(uow: Transaction, job: AssignJob, target: str, patch: dict[str, Any],
-           requested_by: str, **completed_extra: Any) -> AssignOutcome:
-    """Make a locked job terminal; a failure with retries left is retried instead.
+           requested_by: str, now: int | None = None, **completed_extra: Any
+           ) -> AssignOutcome:
+    """Make a locked job terminal at ``now`` (else the clock); a failure with retries
+    left is retried instead (its back-off and deadline counted from ``now``).
 
     The same terminal report again changes nothing and records nothing.
     """
     if job.status == target:
         return AssignOutcome(job, "completed")
-    job = move(uow, job, target, patch)
+    job = move(uow, job, target, patch, now=now)
     with computed_from(job):
         retries_left = job.retry_count < job.max_retries
     if target != "succeeded" and retries_left:
-        job = dispatch(uow, retry(uow, job, {}), "retry")
+        job = dispatch(uow, retry(uow, job, {}, now), "retry", now)
         event = notify_supervisor(uow, job, "retry_scheduled", retry_reason=target,
                                   requested_by=requested_by)
         return AssignOutcome(job, "retry_scheduled", event)
@@ -205,46 +208,8 @@ def finish(uow: Transaction, job: AssignJob, target: str, patch: dict[str, Any],
 
 
 _c = _jobs.c
-#: The worker's next queued job, locked; PostgreSQL skips rows that other claimers hold
-#: (SQLite renders no FOR UPDATE: the claim runs under its database write lock).
-_DUE = or_(_c.not_before_ms.is_(None), _c.not_before_ms <= NOW)
-_NEXT_QUEUED = (
-    select(_c.job_id)
-    .where(_c.worker_agent == bindparam("p_worker"), _c.status == const(rules.CLAIMABLE),
-           _DUE)
-    .order_by(_c.priority.desc(), _c.created_at_ms, _c.job_id)
-    .limit(1)
-    .with_for_update(skip_locked=True))
-#: Claim in one statement: queued -> running as the transition table's rules write it
-#: (started now, the deadline now + timeout unless the job has one), guarded by status.
-CLAIM = Prepared(
-    update(_jobs)
-    .where(_c.job_id == _NEXT_QUEUED.scalar_subquery(), _c.status == const(rules.CLAIMABLE))
-    .values(status="running", updated_at_ms=NOW, **running_times())
-    .returning(*_c), _jobs)
-
-#: Claim up to p_limit of the worker's due queued jobs in one statement (the same order,
-#: guard and values as CLAIM; PostgreSQL skips the rows other claimers hold).
-#: The rows are picked once, in a materialized WITH query: an IN subquery with SKIP
-#: LOCKED may be run again for each row by PostgreSQL's planner, and pick other rows
-#: each time (more than the limit).
-@functools.cache
-def _claim_many(sql: SqlDialect) -> Prepared:
-    picked = sql.materialized(_NEXT_QUEUED.limit(bindparam("p_limit", type_=Integer))
-                              .cte("picked"))
-    return Prepared(
-        update(_jobs)
-        .where(sql.one_of(_c.job_id, select(picked.c.job_id)),
-               _c.status == const(rules.CLAIMABLE))
-        .values(status="running", updated_at_ms=NOW, **running_times())
-        .returning(*_c), _jobs)
 #: The most jobs one batch call takes.
 MAX_BATCH = 1_000
-
-
-def _claim_order(job: AssignJob) -> tuple[int, int, str]:
-    """The claim's order: highest priority, then oldest, then by id."""
-    return (-job.priority, job.created_at_ms, job.job_id)
 
 
 @functools.cache
@@ -268,17 +233,17 @@ def _finish_statement(sql: SqlDialect, retryable: bool) -> Prepared:
         .returning(*_c), _jobs)
 
 
-def _routine_guards(sql: SqlDialect, worker: Any, attempt: Any, no_retry: Any
-                    ) -> list[ColumnElement[bool]]:
+def _routine_guards(sql: SqlDialect, worker: Any, attempt: Any, no_retry: Any,
+                    columns: Any = _c) -> list[ColumnElement[bool]]:
     """Where a final report is routine (see _finish_statement): the job is active, the
     reporting ``worker``'s and on the reported ``attempt`` (SQL expressions, NULL for
     any), ``no_retry`` holds (None: nothing to check), and its row is one the rules
-    leave as it is."""
-    return [in_sources(rules.ACTIVE),
-            or_(worker.is_(None), _c.worker_agent == worker),
-            or_(attempt.is_(None), _c.attempt == attempt),
+    leave as it is. ``columns``: the job row's (default: assign_jobs')."""
+    return [in_sources(rules.ACTIVE, columns),
+            or_(worker.is_(None), columns.worker_agent == worker),
+            or_(attempt.is_(None), columns.attempt == attempt),
             *([] if no_retry is None else [no_retry]),
-            *kept_by_rules(sql)]
+            *kept_by_rules(sql, columns)]
 
 
 def _finished(status: Any, result: Any, error: Any) -> dict[str, Any]:
@@ -348,17 +313,22 @@ def _finish_many(sql: SqlDialect) -> Prepared | None:
         return None
     reports = select(*records.c).cte("reports")
     r = reports.c
-    # (the jobs' ids again, as an array: their primary key finds them, where the join
-    # alone is planned as a scan of every active job)
-    guards = [_c.job_id == any_(bindparam("p_ids", type_=ARRAY(Text))),
-              _c.job_id == r.job_id,
-              *_routine_guards(sql, r.worker, r.attempt, or_(
-                  r.status == const("succeeded"), _c.retry_count >= _c.max_retries))]
-    locked = (select(_c.job_id).where(*guards).order_by(_c.job_id)
-              .with_for_update(of=_jobs).cte("locked"))
-    every_one = (select(func.count()).select_from(locked).scalar_subquery()
+    # The reported jobs are found, and locked in job_id order, by their primary key
+    # alone: with the guards beside it, a planner without statistics (a table never
+    # analyzed) read every active job through the status index instead, twice a batch.
+    # The guards are then checked on the locked rows, as they are now.
+    ids = bindparam("p_ids", type_=ARRAY(Text))
+    locked = sql.materialized(select(_jobs).where(_c.job_id == any_(ids))
+                              .order_by(_c.job_id).with_for_update(of=_jobs).cte("locked"))
+    row = locked.c
+    routine = (select(row.job_id).join_from(locked, reports, row.job_id == r.job_id)
+               .where(*_routine_guards(sql, r.worker, r.attempt, or_(
+                   r.status == const("succeeded"), row.retry_count >= row.max_retries), row))
+               .cte("routine"))
+    every_one = (select(func.count()).select_from(routine).scalar_subquery()
                  == bindparam("p_count", type_=Integer))
-    done = (update(_jobs).where(*guards, every_one)
+    done = (update(_jobs)
+            .where(_c.job_id == any_(ids), _c.job_id == r.job_id, every_one)
             .values(_finished(r.status, r.result, r.error))
             .returning(*_c, r.m_id, r.m_corr, r.m_trace).cte("done"))
     event = _completed_event(done, done.c.m_id, done.c.m_corr, done.c.m_trace)
@@ -433,16 +403,29 @@ def assign_async(scope: Scope, supervisor_agent: str, worker_agent: str, **field
     """Create a job and record its dispatch to the worker, in one transaction.
 
     ``fields`` are create_assign's keyword arguments; an unknown one is a
-    ValidationError (nothing is written)."""
-    _check_fields(fields)
-    if scope.sql.writable_ctes:  # one statement: one round trip in autocommit
-        make_row = new_job(supervisor_agent, worker_agent, **fields)
-        with scope.one_statement() as uow:
-            [job] = create_and_dispatch(uow, [make_row])
-            return job
+    ValidationError (nothing is written). With a ``unique_key`` that a queued or running
+    job holds, nothing is written and that job is returned (``job.deduplicated``)."""
+    check_fields(fields)
+    [job] = assign_rows(scope, [new_job(supervisor_agent, worker_agent, **fields)])
+    return job
+
+
+def assign_rows(scope: Scope, make_rows: Sequence[Callable[[int], dict[str, Any]]]
+            ) -> list[AssignJob]:
+    """Write each job (made by ``make_rows``) and its dispatch, in one transaction; one
+    statement where the dialect writes both at once and no job has a unique key (the
+    jobs one a key holds are returned as found, not written again)."""
+    now = now_ms()
+    rows = [make_row(now) for make_row in make_rows]
+    if scope.sql.writable_ctes and all(row["unique_key"] is None for row in rows):
+        with scope.one_statement() as uow:  # one round trip in autocommit
+            return create_and_dispatch(uow, rows)
     with scope.unit_of_work() as uow:
-        return dispatch(uow, create_assign(uow, supervisor_agent, worker_agent, **fields),
-                        "create")
+        jobs = []
+        for row in rows:
+            job = insert_job(uow, row)
+            jobs.append(job if job.deduplicated else dispatch(uow, job, "create", now))
+        return jobs
 
 
 def report_assign_result(scope: Scope, job_id: str, status: str, worker_agent: str | None = None,
@@ -469,16 +452,7 @@ def report_assign_result(scope: Scope, job_id: str, status: str, worker_agent: s
         if outcome is not None:
             return outcome
     with scope.unit_of_work() as uow:
-        job = lock_job(uow, job_id)
-        if job is None:
-            raise AssignNotFound(f"no assign job {job_id}")
-        if worker_agent and worker_agent != job.worker_agent:
-            raise WorkerMismatch(
-                f"assign job {job_id} belongs to {job.worker_agent}, not {worker_agent}")
-        if attempt is not None and attempt != job.attempt:
-            raise StaleAttempt(
-                f"assign job {job_id} is on attempt {job.attempt}; "
-                f"a result for attempt {attempt} is stale")
+        job = fenced(lock_job(uow, job_id), job_id, worker_agent, attempt)
         patch = {"result": result, "error": error}
         if target == "running":  # progress (or the start of a queued job)
             with computed_from(job):
@@ -486,6 +460,26 @@ def report_assign_result(scope: Scope, job_id: str, status: str, worker_agent: s
             job = move(uow, job, "running", patch)
             return AssignOutcome(job, "progress", notify_supervisor(uow, job, "progress"))
         return finish(uow, job, target, patch, worker_agent or job.worker_agent)
+
+
+def fenced(job: AssignJob | None, job_id: str, worker_agent: str | None,
+           attempt: int | None) -> AssignJob:
+    """``job`` (read for ``job_id``) when the worker's report or touch may go on: it
+    exists (else AssignNotFound), is the worker's (WorkerMismatch; a worker of None
+    checks nothing), is not cancelled (AssignCancelled) and is on ``attempt``
+    (StaleAttempt; None checks nothing)."""
+    if job is None:
+        raise AssignNotFound(f"no assign job {job_id}")
+    if worker_agent and worker_agent != job.worker_agent:
+        raise WorkerMismatch(
+            f"assign job {job_id} belongs to {job.worker_agent}, not {worker_agent}")
+    if job.status == "cancelled":
+        raise AssignCancelled(f"assign job {job_id} was cancelled: stop working on it")
+    if attempt is not None and attempt != job.attempt:
+        raise StaleAttempt(
+            f"assign job {job_id} is on attempt {job.attempt}; "
+            f"a result for attempt {attempt} is stale")
+    return job
 
 
 def _checked_report(job_id: str, status: str, worker_agent: str | None, attempt: int | None,
@@ -505,18 +499,27 @@ def _checked_report(job_id: str, status: str, worker_agent: str | None, attempt:
 
 
 def schedule_assign_retry(scope: Scope, job_id: str, reason: str = "manual",
-                          requested_by: str = "manual") -> AssignJob:
-    """Re-queue a failed or timed-out job and dispatch it again."""
+                          requested_by: str = "manual", *, force: bool = False
+                          ) -> AssignJob:
+    """Re-queue a failed or timed-out job and dispatch it again.
+
+    RetryExhausted when its retries are spent, unless ``force`` (an operator's retry:
+    the job gets one attempt more). A cancelled job is never run again
+    (IllegalTransition)."""
     require_id(job_id, "job_id")
     require_text(reason, "reason")
     require_text(requested_by, "requested_by")
+    require_bool(force, "force")
     with scope.unit_of_work() as uow:
         job = lock_job(uow, job_id)
         if job is None:
             raise AssignNotFound(f"no assign job {job_id}")
+        if job.status == "cancelled":
+            raise IllegalTransition(f"assign job {job_id} was cancelled; a cancelled "
+                                    "job is never run again")
         with computed_from(job):
             exhausted = job.retry_count >= job.max_retries
-        if exhausted:
+        if exhausted and not force:
             raise RetryExhausted(
                 f"assign job {job_id} has used its {job.max_retries} retries")
         job = dispatch(uow, retry(uow, job, {}), "retry")
@@ -525,85 +528,9 @@ def schedule_assign_retry(scope: Scope, job_id: str, reason: str = "manual",
         return job
 
 
-def sweep_timed_out_assigns(scope: Scope, now_ms: int | None = None) -> dict[str, int]:
-    """Queued or running jobs whose deadline is at or before ``now_ms`` time out,
-    and are retried while retries remain. As in the reference, one call takes at
-    most SWEEP_BATCH (100) due jobs, the most recently updated first; a job retried
-    here is not swept again by the same call (the due jobs are chosen once, up front)."""
-    now = resolve_now(now_ms)
-    timed_out = retried = 0
-    c = _jobs.c
-    with scope.unit_of_work() as uow:
-        # The due rows, read (and on PostgreSQL locked, skipping rows that a worker
-        # holds right now) once: a job retried below is not due again in this call.
-        due = (select(_jobs)
-               .where(c.status.in_([const(s) for s in rules.ACTIVE]),
-                      c.deadline_ms.is_not(None), c.deadline_ms <= now)
-               .order_by(c.updated_at_ms.desc(), c.job_id.desc())
-               .limit(SWEEP_BATCH)
-               .with_for_update(skip_locked=True))
-        for row in execute(uow, due).mappings().all():
-            job = from_row(AssignJob, row)
-            error = rules.TIMED_OUT_ERROR if job.error is None else job.error
-            outcome = finish(uow, job, "timed_out", {"error": error}, "sweeper",
-                             completion_reason="timed_out")
-            timed_out += 1
-            retried += outcome.event == "retry_scheduled"
-    return {"timed_out": timed_out, "retried": retried}
-
-
-#: When the worker's next scheduled job (queued, not due yet) becomes due.
-_NEXT_DUE = Prepared(
-    select(func.min(_c.not_before_ms).label("due"))
-    .where(_c.worker_agent == bindparam("p_worker"), _c.status == const(rules.CLAIMABLE),
-           _c.not_before_ms > NOW))
-
-
-def next_due_ms(scope: Scope, worker_agent: str) -> int | None:
-    """When the worker's next queued job that is not due yet becomes due (the time its
-    not_before_ms, or its retry's back-off, ends), or None when it has none: how long a
-    waiter may sleep without missing it."""
-    require_id(worker_agent, "worker_agent")
-    with scope.one_read() as uow:
-        found = _NEXT_DUE.first(uow, {"p_worker": worker_agent, "p_now": now_ms()})
-    return None if found is None or found["due"] is None else int(found["due"])
-
-
-def claim_next_assign(scope: Scope, worker_agent: str) -> AssignJob | None:
-    """The worker's highest-priority, then oldest, queued job that is due (its
-    not_before_ms passed, if it has one), now running.
-
-    PostgreSQL skips rows other claimers hold (FOR UPDATE SKIP LOCKED); SQLite
-    claims under the database write lock. Two claimers never get the same job.
-    """
-    require_id(worker_agent, "worker_agent")
-    with scope.one_statement() as uow:  # PostgreSQL: one round trip, in autocommit
-        job = CLAIM.instance(uow, {"p_worker": worker_agent, "p_now": now_ms()},
-                              AssignJob)
-        if job is None:
-            return None
-        announce(uow, job)
-        return job
-
-
-def _batch_size(value: object, what: str) -> int:
+def batch_size(value: object, what: str) -> int:
     """A batch's size: a whole number in 1..MAX_BATCH."""
     return require_int(value, what, minimum=1, maximum=MAX_BATCH)
-
-
-def claim_next_assigns(scope: Scope, worker_agent: str, limit: int = 10) -> list[AssignJob]:
-    """Up to ``limit`` of the worker's due queued jobs, now running, in one statement, in
-    claim order (as ``claim_next_assign`` would take them one by one). Two claimers never
-    get the same job. An empty list when none is queued."""
-    require_id(worker_agent, "worker_agent")
-    size = _batch_size(limit, "limit")
-    with scope.one_statement() as uow:  # PostgreSQL: one round trip, in autocommit
-        jobs = sorted(_claim_many(uow.sql).instances(
-            uow, {"p_worker": worker_agent, "p_now": now_ms(), "p_limit": size}, AssignJob),
-            key=_claim_order)
-        for job in jobs:
-            announce(uow, job)
-        return jobs
 
 
 def assign_many(scope: Scope, supervisor_agent: str, worker_agent: str,
@@ -613,14 +540,9 @@ def assign_many(scope: Scope, supervisor_agent: str, worker_agent: str,
     message, or none of them (a bad one is refused before anything is written)."""
     items = _batch_items(jobs, "jobs")
     for item in items:
-        _check_fields(item)
-    if scope.sql.writable_ctes:  # one statement: one round trip in autocommit
-        make_rows = [new_job(supervisor_agent, worker_agent, **item) for item in items]
-        with scope.one_statement() as uow:
-            return create_and_dispatch(uow, make_rows)
-    with scope.unit_of_work() as uow:
-        return [dispatch(uow, create_assign(uow, supervisor_agent, worker_agent, **item),
-                         "create") for item in items]
+        check_fields(item)
+    return assign_rows(scope,
+                       [new_job(supervisor_agent, worker_agent, **item) for item in items])
 
 
 def report_assign_results(scope: Scope, reports: Sequence[Mapping[str, Any]],
@@ -672,12 +594,13 @@ def _batch_items(items: object, what: str) -> list[dict[str, Any]]:
     """The batch as a list of dicts (refused unless a sequence of mappings, 1..MAX_BATCH)."""
     if isinstance(items, str | bytes) or not isinstance(items, Sequence):
         raise ValidationError(f"{what} must be a list of mappings, not {describe(items)}")
-    _batch_size(len(items), f"the number of {what}")
+    batch_size(len(items), f"the number of {what}")
     for item in items:
         if not isinstance(item, Mapping):
             raise ValidationError(f"each of {what} must be a mapping, not {describe(item)}")
     return [dict(item) for item in items]
 
 
-def _check_fields(fields: Mapping[str, Any]) -> None:
-    refuse_unknown(fields, CREATE_FIELDS, "assign_async")
+def check_fields(fields: Mapping[str, Any], what: str = "assign_async") -> None:
+    """Refuse keyword arguments create_assign does not take (ValidationError)."""
+    refuse_unknown(fields, CREATE_FIELDS, what)

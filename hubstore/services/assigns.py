@@ -16,34 +16,35 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from typing import Any, Unpack
 
 from sqlalchemy import (
     BigInteger,
     BindParameter,
     ColumnElement,
+    Text,
     and_,
     bindparam,
     case,
     insert,
     or_,
     select,
+    text,
     update,
 )
 
 from hubstore import assign_rules as rules
 from hubstore.dialects import SqlDialect
-from hubstore.errors import HubStoreError, ValidationError
-from hubstore.execution import Prepared, execute, from_row
+from hubstore.errors import DatabaseBusy, HubStoreError
+from hubstore.execution import Prepared, from_row
 from hubstore.ids import now_ms, uuidv7
-from hubstore.models import ASSIGN_STATUSES, AssignJob, table_of
+from hubstore.models import ASSIGN_STATUSES, DEDUPLICATED, LIVE_WHERE, AssignJob, table_of
 from hubstore.services.base import const
+from hubstore.services.limits import check_limit_key
 from hubstore.transaction import Scope, Transaction
 from hubstore.types import AssignPatch, AssignStatus
 from hubstore.validation import (
-    INT64_MAX,
-    INT64_MIN,
     as_number,
     clamp,
     counter,
@@ -51,7 +52,6 @@ from hubstore.validation import (
     lookup_key,
     optional_id,
     optional_int,
-    optional_lookup,
     require_duration,
     require_enum,
     require_id,
@@ -73,6 +73,13 @@ _SELECT = Prepared(_BY_ID, _jobs)
 _LOCK = Prepared(_BY_ID.with_for_update(), _jobs)
 _INSERT_ROW = insert(_jobs).values({c.name: bindparam(c.name) for c in _jobs.c})
 _INSERT = Prepared(_INSERT_ROW, _jobs)
+#: The queued or running job that holds a unique key.
+_LIVE_WITH_KEY = Prepared(
+    select(_jobs).where(_jobs.c.unique_key == bindparam("p_unique_key", type_=Text),
+                        _jobs.c.status.in_([const("queued"), const("running")])), _jobs)
+#: How often an assign with a unique key tries again when the job that held the key
+#: ended between its insert (which found the key held) and its read of that job.
+UNIQUE_TRIES = 5
 _GUARDS = frozenset({"p_job_id", "p_status", "p_attempt"})
 
 
@@ -102,18 +109,21 @@ def _unset(column: ColumnElement[Any]) -> ColumnElement[bool]:
     return or_(column.is_(None), column == 0)
 
 
-def in_sources(statuses: tuple[str, ...]) -> ColumnElement[bool]:
+def in_sources(statuses: tuple[str, ...], columns: Any = None) -> ColumnElement[bool]:
     """The job's status is one of ``statuses`` (a source list of the rule table), each
-    written as a constant so that the partial indexes on status serve it."""
-    return or_(*(_jobs.c.status == const(status) for status in statuses))
+    written as a constant so that the partial indexes on status serve it. ``columns``:
+    another FROM item's columns of a job row (default: assign_jobs')."""
+    c = _jobs.c if columns is None else columns
+    return or_(*(c.status == const(status) for status in statuses))
 
 
-def running_times() -> dict[str, Any]:
-    """What next_values writes, as SQL, when a job becomes running: started now unless
-    it has a start time, and the deadline now + timeout unless it has one."""
+def running_times(at: ColumnElement[Any] = NOW) -> dict[str, Any]:
+    """What next_values writes, as SQL, when a job becomes running at ``at`` (now,
+    bound): started then unless it has a start time, and the deadline then + timeout
+    unless it has one."""
     c = _jobs.c
-    return {"started_at_ms": case((_unset(c.started_at_ms), NOW), else_=c.started_at_ms),
-            "deadline_ms": case((_unset(c.deadline_ms), NOW + c.timeout_ms),
+    return {"started_at_ms": case((_unset(c.started_at_ms), at), else_=c.started_at_ms),
+            "deadline_ms": case((_unset(c.deadline_ms), at + c.timeout_ms),
                                 else_=c.deadline_ms)}
 
 
@@ -146,11 +156,12 @@ _PUT_BACK = Prepared(
     .values(status=const("queued"), updated_at_ms=NOW, **put_back_times()))
 
 
-def kept_by_rules(sql: SqlDialect) -> list[ColumnElement[bool]]:
+def kept_by_rules(sql: SqlDialect, columns: Any = None) -> list[ColumnElement[bool]]:
     """Where next_values would rewrite none of the columns a patch does not name: the
     counters and durations are whole numbers already in their ranges, the payload is
-    not JSON null, and the times are NULL or whole numbers (SQLite keeps any type)."""
-    c = _jobs.c
+    not JSON null, and the times are NULL or whole numbers (SQLite keeps any type).
+    ``columns``: another FROM item's columns of a job row (default: assign_jobs')."""
+    c = _jobs.c if columns is None else columns
     guards = [c.attempt >= 1, c.retry_count >= 0, c.max_retries >= 0,
               c.priority.between(1, 9),
               c.timeout_ms.between(rules.MIN_TIMEOUT_MS, rules.MAX_TIMEOUT_MS),
@@ -267,13 +278,14 @@ def check_patch_values(patch: dict[str, Any]) -> None:
 
 
 def move(uow: Transaction, job: AssignJob, target: str, patch: dict[str, Any], *,
-         via_retry: bool = False) -> AssignJob:
-    """Move a locked job to ``target``; listeners hear of a status change after commit."""
+         via_retry: bool = False, now: int | None = None) -> AssignJob:
+    """Move a locked job to ``target`` at ``now`` (else the clock); listeners hear of a
+    status change after commit."""
     if rules.check_transition(job.status, target, via_retry=via_retry) is rules.Move.NOOP:
         return job
     before = snapshot(job)
     with computed_from(job):
-        values = rules.next_values(before, target, patch, now_ms())
+        values = rules.next_values(before, target, patch, now_ms() if now is None else now)
     changes = {key: value for key, value in values.items() if not _same(before[key], value)}
     changes.update(status=target, updated_at_ms=values["updated_at_ms"])
     updated = write_guarded(uow, job, changes)
@@ -282,12 +294,15 @@ def move(uow: Transaction, job: AssignJob, target: str, patch: dict[str, Any], *
     return updated
 
 
-def retry(uow: Transaction, job: AssignJob, patch: dict[str, Any]) -> AssignJob:
-    """Re-queue a locked failed or timed-out job for its next attempt."""
+def retry(uow: Transaction, job: AssignJob, patch: dict[str, Any], now: int | None = None
+          ) -> AssignJob:
+    """Re-queue a locked failed or timed-out job for its next attempt, at ``now`` (else
+    the clock: its back-off and deadline count from then)."""
     rules.check_transition(job.status, "queued", via_retry=True)
+    now = now_ms() if now is None else now
     with computed_from(job):
-        changes = rules.retry_patch(snapshot(job), patch, now_ms())
-    return move(uow, job, "queued", changes, via_retry=True)
+        changes = rules.retry_patch(snapshot(job), patch, now)
+    return move(uow, job, "queued", changes, via_retry=True, now=now)
 
 
 @contextlib.contextmanager
@@ -303,6 +318,40 @@ def computed_from(job: AssignJob) -> Iterator[None]:
             f"wrong type ({exc}); correct the row first") from exc
 
 
+@functools.cache
+def _insert_unless_held(sql: SqlDialect) -> Prepared:
+    """The INSERT of a job with a unique key, which writes nothing when a queued or
+    running job holds the key (revision 0014's partial unique index; PostgreSQL waits
+    for a transaction inserting the same key, then sees its outcome)."""
+    return Prepared(
+        sql.insert(_jobs).values({c.name: bindparam(c.name) for c in _jobs.c})
+        .on_conflict_do_nothing(index_elements=[_jobs.c.unique_key],
+                                index_where=text(LIVE_WHERE))
+        .returning(*_jobs.c), _jobs)
+
+
+def insert_job(uow: Transaction, row: dict[str, Any]) -> AssignJob:
+    """Write the job ``row`` (attribute-keyed) and return it; with a unique key that a
+    queued or running job holds, write nothing and return that job instead, its
+    ``deduplicated`` True. Listeners hear of a job written (after the commit)."""
+    key = row["unique_key"]
+    if key is None:
+        job = _INSERT.inserted(uow, by_column(row), AssignJob)
+        announce(uow, job)
+        return job
+    for _ in range(UNIQUE_TRIES):
+        written = _insert_unless_held(uow.sql).instance(uow, by_column(row), AssignJob)
+        if written is not None:
+            announce(uow, written)
+            return written
+        held = _LIVE_WITH_KEY.instance(uow, {"p_unique_key": key}, AssignJob)
+        if held is not None:
+            held.__dict__[DEDUPLICATED] = True
+            return held
+    raise DatabaseBusy(f"unique_key {key!r} changed hands {UNIQUE_TRIES} times while a job "
+                       "was being written with it; try again")
+
+
 def create_assign(scope: Scope, supervisor_agent: str, worker_agent: str,
                   topic: str = "assign.job", task: str = "", payload: Any = None,
                   status: AssignStatus = "queued", attempt: int = 1, retry_count: int = 0,
@@ -311,7 +360,8 @@ def create_assign(scope: Scope, supervisor_agent: str, worker_agent: str,
                   trace_id: str | None = None, correlation_id: str | None = None,
                   last_message_id: str | None = None, result: Any = None,
                   error: Any = None, job_id: str | None = None,
-                  not_before_ms: int | None = None, retry_backoff_ms: int = 0) -> AssignJob:
+                  not_before_ms: int | None = None, retry_backoff_ms: int = 0,
+                  limit_key: str | None = None, unique_key: str | None = None) -> AssignJob:
     """A new job. Priority, timeout and ttl are clamped, as in the reference
     (JavaScript's Number() reads them: a non-number falls back to the default).
 
@@ -323,17 +373,19 @@ def create_assign(scope: Scope, supervisor_agent: str, worker_agent: str,
     hubstore's own (not in the reference): ``not_before_ms``, a time before which the
     job is not claimed (its default deadline counts from then); ``retry_backoff_ms``,
     how long its first retry waits before it may be claimed again (each later retry
-    twice as long as the one before, at most 24 hours).
+    twice as long as the one before, at most 24 hours); ``limit_key``, the assign
+    limit it counts against (``set_assign_limit``; None: unlimited); ``unique_key``,
+    a key no two queued or running jobs share: while one holds it, this call writes
+    nothing and returns that job, its ``deduplicated`` True.
     """
     make_row = new_job(
         supervisor_agent, worker_agent, topic, task, payload, status, attempt,
         retry_count, max_retries, priority, ttl_ms, timeout_ms, deadline_ms, trace_id,
         correlation_id, last_message_id, result, error, job_id, not_before_ms,
-        retry_backoff_ms)
-    with scope.one_statement() as uow:  # the INSERT ... RETURNING
-        job = _INSERT.inserted(uow, by_column(make_row(now_ms())), AssignJob)
-        announce(uow, job)
-        return job
+        retry_backoff_ms, limit_key, unique_key)
+    # (one INSERT ... RETURNING; with a unique key, a look for its holder may follow)
+    with (scope.one_statement() if unique_key is None else scope.unit_of_work()) as uow:
+        return insert_job(uow, make_row(now_ms()))
 
 
 def new_job(supervisor_agent: str, worker_agent: str, topic: str = "assign.job",
@@ -343,7 +395,8 @@ def new_job(supervisor_agent: str, worker_agent: str, topic: str = "assign.job",
             deadline_ms: int | None = None, trace_id: str | None = None,
             correlation_id: str | None = None, last_message_id: str | None = None,
             result: Any = None, error: Any = None, job_id: str | None = None,
-            not_before_ms: int | None = None, retry_backoff_ms: int = 0
+            not_before_ms: int | None = None, retry_backoff_ms: int = 0,
+            limit_key: str | None = None, unique_key: str | None = None
             ) -> Callable[[int], dict[str, Any]]:
     """create_assign's arguments checked (ValidationError before anything is written),
     and the function that makes the job's row (attribute-keyed) at a given time."""
@@ -366,6 +419,10 @@ def new_job(supervisor_agent: str, worker_agent: str, topic: str = "assign.job",
     not_before = None if not_before_ms is None else require_time(not_before_ms,
                                                                    "not_before_ms")
     backoff = require_duration(retry_backoff_ms, "retry_backoff_ms")
+    if limit_key is not None:
+        check_limit_key(limit_key)
+    if unique_key is not None:
+        require_id(unique_key, "unique_key")
     deadline = None if deadline_ms is None else as_number(deadline_ms)
     if deadline is not None:
         deadline = require_int(int(deadline), "deadline_ms")
@@ -392,6 +449,7 @@ def new_job(supervisor_agent: str, worker_agent: str, topic: str = "assign.job",
             "completed_at_ms": now if status in rules.TERMINAL else None,
             "last_retry_at_ms": now if retries > 0 else None,
             "not_before_ms": not_before, "retry_backoff_ms": backoff,
+            "limit_key": limit_key, "unique_key": unique_key,
         }
 
     return make_row
@@ -424,46 +482,6 @@ def update_assign_status(scope: Scope, job_id: str, status: AssignStatus,
     with scope.unit_of_work() as uow:
         job = lock_job(uow, job_id)
         return None if job is None else move(uow, job, status, changes)
-
-
-def list_assigns(scope: Scope, supervisor_agent: str | None = None,
-                 worker_agent: str | None = None, status: AssignStatus | None = None,
-                 statuses: Sequence[AssignStatus] | None = None,
-                 trace_id: str | None = None,
-                 correlation_id: str | None = None, active_before_ms: object = None,
-                 limit: object = 50) -> list[AssignJob]:
-    """Jobs matching every given filter, most recently updated first (1..100)."""
-    for name, value in (("supervisor_agent", supervisor_agent),
-                        ("worker_agent", worker_agent), ("trace_id", trace_id),
-                        ("correlation_id", correlation_id)):
-        optional_lookup(value, name)
-    if statuses and (isinstance(statuses, str | bytes)
-                     or not isinstance(statuses, Sequence | set | frozenset)):
-        raise ValidationError(
-            f"statuses must be a list of statuses, got {type(statuses).__name__}")
-    given: object = status
-    if given is not None and given != "":
-        require_enum(given, ASSIGN_STATUSES, "status")  # checked even beside statuses
-    wanted = list(statuses) if statuses else ([status] if status else [])
-    for item in wanted:
-        require_enum(item, ASSIGN_STATUSES, "status")
-    c = _jobs.c
-    stmt = select(_jobs)
-    for column, value in ((c.supervisor_agent, supervisor_agent),
-                          (c.worker_agent, worker_agent), (c.trace_id, trace_id),
-                          (c.correlation_id, correlation_id)):
-        if value:
-            stmt = stmt.where(column == value)
-    if wanted:
-        stmt = stmt.where(c.status.in_(wanted))
-    before = as_number(active_before_ms) if active_before_ms is not None else None
-    if before is not None:
-        bound = max(INT64_MIN, min(int(before), INT64_MAX))  # the same rows
-        stmt = stmt.where(c.deadline_ms.is_not(None), c.deadline_ms <= bound)
-    stmt = stmt.order_by(c.updated_at_ms.desc(), c.job_id.desc())
-    stmt = stmt.limit(clamp(limit, 50, 1, 100))
-    with scope.unit_of_work(write=False) as uow:
-        return [from_row(AssignJob, row) for row in execute(uow, stmt).mappings()]
 
 
 def retry_assign(scope: Scope, job_id: str, **patch: Unpack[AssignPatch]) -> AssignJob | None:

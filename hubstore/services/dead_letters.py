@@ -52,3 +52,30 @@ def get_dead_letters(scope: Scope, limit: int = 50) -> list[DeadLetter]:
                     select(DeadLetter)
             .order_by(DeadLetter.failed_at_ms.desc(), DeadLetter.message_id.desc())
             .limit(limit))
+
+
+def requeue_dead_letter(scope: Scope, message_id: str) -> bool:
+    """Put a dead letter's message back to queued, with a fresh expiry (now plus its
+    ``ttl_ms``, so the next expiry sweep does not take it straight back), and remove the
+    dead letter. True when there was a dead letter; a message without one is untouched.
+
+    The message keeps its place in the message feed's commit order: feeds that already
+    returned it do not return it again; ``poll_for_agent`` shows it again.
+    """
+    require_id(message_id, "message_id")
+    with scope.unit_of_work() as uow:
+        removed = execute(uow, delete(_letters).where(_letters.c.message_id == message_id))
+        if not removed.rowcount:
+            return False
+        execute(uow, update(_messages).where(_messages.c.id == message_id)
+                .values(status="queued", expires_at_ms=now_ms() + _messages.c.ttl_ms))
+        return True
+
+
+def discard_dead_letter(scope: Scope, message_id: str) -> bool:
+    """Remove a dead letter; its message stays, with status dead_letter (until pruned).
+    True when there was one."""
+    require_id(message_id, "message_id")
+    with scope.one_statement() as uow:
+        removed = execute(uow, delete(_letters).where(_letters.c.message_id == message_id))
+        return bool(removed.rowcount)

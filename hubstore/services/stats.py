@@ -33,6 +33,7 @@ from hubstore.models import Agent, Message, table_of
 from hubstore.services.base import const, resolve_now
 from hubstore.services.dead_letters import record_dead_letters
 from hubstore.services.human_requests import expire_human_requests
+from hubstore.services.limits import get_assign_limits
 from hubstore.transaction import Scope, Transaction
 
 if TYPE_CHECKING:
@@ -179,16 +180,25 @@ def get_delivery_stats(scope: Scope, now_ms: int | None = None) -> dict[str, Any
     return {"total_deliveries": int(total or 0), "avg_delivery_ms": 0}
 
 
-def get_hub_stats(scope: Scope) -> dict[str, int]:
-    """Online agents, messages, active assign jobs and the queue depths."""
+def get_hub_stats(scope: Scope) -> dict[str, Any]:
+    """Online agents, messages, active assign jobs and the queue depths (the
+    reference's figures); where assign limits exist, also ``assign_limits``: each
+    key's limit, its running jobs and its starts in the last window
+    (``AssignLimit.to_dict()`` but the key)."""
     with scope.unit_of_work(write=False) as uow:
         c = counts(uow)
-    return {
+        limits = get_assign_limits(uow)
+    figures: dict[str, Any] = {
         "online_agents": c["online_agents"],
         "total_messages": c["messages"],
         "active_assign_jobs": c["assign_queued"] + c["assign_running"],
         **_depths(c),
     }
+    if limits:
+        figures["assign_limits"] = {
+            key: {name: value for name, value in limit.to_dict().items() if name != "key"}
+            for key, limit in limits.items()}
+    return figures
 
 
 def get_audit_stats(scope: Scope) -> dict[str, int]:

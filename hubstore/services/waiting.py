@@ -17,27 +17,35 @@ import time
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy import and_, bindparam, func, or_, select, text
 from sqlalchemy.engine import URL
 
+from hubstore import assign_rules as rules
 from hubstore import signals
-from hubstore.errors import ValidationError, describe
+from hubstore.errors import AssignNotFound, ValidationError, describe
 from hubstore.execution import Prepared, from_row
 from hubstore.ids import now_ms
 from hubstore.models import TOPIC_FEED_WHERE, AssignJob, Message, MessageLog, table_of
-from hubstore.services.assign_hub import (
-    MAX_BATCH,
+from hubstore.services.assign_hub import MAX_BATCH
+from hubstore.services.assigns import get_assign
+from hubstore.services.claims import (
     claim_next_assign,
     claim_next_assigns,
+    claimable,
     next_due_ms,
 )
+from hubstore.services.limits import full_limits
 from hubstore.services.messages import feed_topics
+from hubstore.services.timeouts import next_rescue_ms, take_back_stalled
 from hubstore.transaction import Scope, Transaction
 from hubstore.validation import as_number, require_id, require_int, string_list
 
 MAX_FEED_BATCH = 1000
+#: How soon a waiter claims again when its claim found nothing but a job is there (it
+#: lost a limit's last room to another claimer: see claims.claimable).
+RACE_PAUSE_MS = 10
 CURSOR_PREFIX = "feed1:"
 _CURSOR = re.compile(r"feed1:(0|[1-9][0-9]{0,18})")
 
@@ -150,12 +158,59 @@ def wait_s(recheck_s: float, deadline: float | None, due: float | None) -> float
     return wait
 
 
-def due_at(scope: Scope, worker_agent: str) -> float | None:
-    """The monotonic time the worker's next scheduled job becomes due, or None."""
-    due_ms = next_due_ms(scope, worker_agent)
-    if due_ms is None:
+def monotonic_at(time_ms: int | None) -> float | None:
+    """The monotonic time at which the clock reads ``time_ms`` (None stays None)."""
+    if time_ms is None:
         return None
-    return time.monotonic() + max(0, due_ms - now_ms()) / 1000
+    return time.monotonic() + max(0, time_ms - now_ms()) / 1000
+
+
+@dataclass(frozen=True)
+class WaitPlan:
+    """How a claimer that found nothing waits: until ``due`` (a monotonic time, or None)
+    unless woken sooner by its worker's signal or by one of ``keys``."""
+
+    due: float | None
+    keys: frozenset[str]
+
+
+def wait_plan(scope: Scope, worker_agent: str) -> WaitPlan:
+    """When a waiting claimer should look again without a wake-up: when the worker's
+    next scheduled job becomes due, when a job's deadline passes (its worker may have
+    died: the claim then takes it back), or when a rate limit has room again, whichever
+    comes first; and the wake-ups to listen for: the worker's, and room freed under each
+    limit that is full now (its jobs are held)."""
+    now = now_ms()
+    with scope.unit_of_work(write=False) as uow:
+        full, reopen = full_limits(uow, now)
+        times = [t for t in (next_due_ms(uow, worker_agent), next_rescue_ms(uow), reopen)
+                 if t is not None]
+        if uow.sql.row_locks and claimable(uow, worker_agent, full):
+            times.append(now + RACE_PAUSE_MS)  # (see claims.claimable)
+    keys = frozenset([signals.worker_key(worker_agent), *map(signals.limit_key, full)])
+    return WaitPlan(monotonic_at(min(times)) if times else None, keys)
+
+
+def result_keys(job: AssignJob) -> list[str]:
+    """The wake-ups that may tell a job's end: its supervisor's messages (every end a
+    hub rule writes records a 'completed' event for the supervisor)."""
+    return [signals.agent_key(job.supervisor_agent)]
+
+
+def look_for_result(scope: Scope, job_id: str) -> tuple[AssignJob, float | None]:
+    """The job, and None when it has ended; else when to look again without a wake-up:
+    when its deadline passes (then its worker may have died, and this look takes it
+    back, as a claim would)."""
+    job = get_assign(scope, job_id)
+    now = now_ms()
+    if job is not None and job.status not in rules.TERMINAL and job.deadline_ms is not None \
+            and job.deadline_ms <= now and take_back_stalled(scope, now):
+        job = get_assign(scope, job_id)
+    if job is None:
+        raise AssignNotFound(f"no assign job {job_id}")
+    if job.status in rules.TERMINAL or job.deadline_ms is None:
+        return job, None
+    return job, monotonic_at(max(job.deadline_ms, scope.db.rescue_at_ms))
 
 
 def pause(sub: signals.Subscription, deadline: float | None, due: float | None = None
@@ -292,11 +347,37 @@ class WaitingOps:
                 sub.clear()
                 with self.unit_of_work() as uow:
                     jobs = claim(uow)
-                    due = None if jobs else due_at(uow, worker_agent)
-                if jobs:
+                    plan = None if jobs else wait_plan(uow, worker_agent)
+                if plan is None:
                     return jobs
-                if not pause(sub, deadline, due):
+                sub.keys = plan.keys
+                if not pause(sub, deadline, plan.due):
                     return []
+
+    def wait_for_result(self, job_id: str, timeout_s: float | None = 30.0
+                        ) -> AssignJob | None:
+        """The job once it has ended (succeeded, failed or timed out with no retry left,
+        cancelled), else None once ``timeout_s`` passed (None waits without limit).
+        AssignNotFound for an unknown job.
+
+        Woken by the job's events (the supervisor's messages, any process); a job whose
+        deadline passes meanwhile is taken back (timed out, retried while retries
+        remain), as a claim would, so a dead worker's job ends without a sweeper."""
+        require_id(job_id, "job_id")
+        deadline = deadline_after(timeout_s)
+        scope = cast(Scope, self)  # (the store this mixin is part of)
+        job, due = look_for_result(scope, job_id)
+        if job.status in rules.TERMINAL:
+            return job
+        watcher = self.change_watcher()
+        with watcher.subscribe(signals.MESSAGES, result_keys(job)) as sub:
+            while True:
+                sub.clear()
+                job, due = look_for_result(scope, job_id)
+                if job.status in rules.TERMINAL:
+                    return job
+                if not pause(sub, deadline, due):
+                    return None
 
     def message_feed(self, agent_id: str, include_topics: Iterable[str] | None = None,
                      cursor: str | None = None) -> MessageFeed:

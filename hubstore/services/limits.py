@@ -1,0 +1,146 @@
+"""Provider quotas as data: assign limits per key (revision 0014).
+
+A limit bounds the jobs whose ``limit_key`` is its key: at most ``max_running`` running
+at once, at most ``max_starts`` started in any ``per_ms``. Claims start a job only when
+its key has room (services/claims.py); the key's running count and recent start times
+live in its row, kept by triggers whoever moves a job.
+
+``set_assign_limit`` counts both again from the jobs, in the same transaction, with the
+jobs table held still (PostgreSQL: ``LOCK TABLE assign_jobs IN SHARE MODE``, a moment's
+pause for writers; SQLite: its write lock), so a limit set while jobs of its key move
+starts from the truth.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import delete, func, select
+
+from hubstore.errors import ValidationError
+from hubstore.execution import execute, from_row
+from hubstore.ids import now_ms
+from hubstore.models import AssignJob, AssignLimit, table_of
+from hubstore.services.base import const
+from hubstore.transaction import Scope, Transaction
+from hubstore.validation import MAX_DURATION_MS, require_id, require_int
+
+_limits = table_of(AssignLimit)
+_jobs = table_of(AssignJob)
+#: A limit's key is short: it names a provider or a pool, and every claim compares it.
+MAX_LIMIT_KEY_BYTES = 200
+#: The most starts a rate may allow per window (each is a stored start time).
+MAX_STARTS = 100_000
+#: The most jobs a limit may allow to run at once.
+MAX_RUNNING = 2**31 - 1
+
+
+def check_limit_key(key: object, what: str = "limit_key") -> str:
+    """A limit key: a non-empty string of at most MAX_LIMIT_KEY_BYTES (ValidationError)."""
+    require_id(key, what)
+    assert isinstance(key, str)
+    if len(key.encode("utf-8")) > MAX_LIMIT_KEY_BYTES:
+        raise ValidationError(f"{what} is a short name (at most {MAX_LIMIT_KEY_BYTES} bytes), "
+                              f"not {len(key.encode('utf-8')):,} bytes long")
+    return key
+
+
+def _checked(max_running: object, max_starts: object, per_ms: object
+             ) -> tuple[int | None, int | None, int | None]:
+    running = None if max_running is None else require_int(
+        max_running, "max_running", minimum=1, maximum=MAX_RUNNING)
+    starts = None if max_starts is None else require_int(
+        max_starts, "max_starts", minimum=1, maximum=MAX_STARTS)
+    window = None if per_ms is None else require_int(
+        per_ms, "per_ms", minimum=1, maximum=MAX_DURATION_MS)
+    if (starts is None) != (window is None):
+        raise ValidationError(
+            "max_starts and per_ms go together (at most max_starts starts in any per_ms "
+            f"milliseconds); got max_starts={max_starts!r}, per_ms={per_ms!r}")
+    if running is None and starts is None:
+        raise ValidationError(
+            "a limit needs max_running, or max_starts with per_ms, or both "
+            "(remove_assign_limit removes one)")
+    return running, starts, window
+
+
+def _counted(uow: Transaction, key: str, max_starts: int | None, per_ms: int | None,
+             now: int) -> tuple[int, list[int]]:
+    """The key's running jobs and recent start times, counted from its jobs (by the
+    index on limited jobs), the jobs table held still meanwhile."""
+    hold = uow.sql.hold_still(_jobs)
+    if hold is not None:
+        execute(uow, hold)
+    c = _jobs.c
+    running = execute(uow, select(func.count()).where(
+        c.limit_key == key, c.status == const("running"))).scalar_one()
+    starts: list[int] = []
+    if max_starts is not None and per_ms is not None:
+        starts = sorted(int(at) for at in execute(uow, select(c.started_at_ms).where(
+            c.limit_key == key, c.started_at_ms > now - per_ms)).scalars())[-max_starts:]
+    return int(running), starts
+
+
+def set_assign_limit(scope: Scope, key: str, max_running: int | None = None,
+                     max_starts: int | None = None, per_ms: int | None = None
+                     ) -> AssignLimit:
+    """Set (or replace) the limit of ``key``: at most ``max_running`` of its jobs running
+    at once, at most ``max_starts`` started in any ``per_ms`` milliseconds (None: no such
+    bound; a limit has at least one). Jobs name their key when queued (``limit_key=``).
+    Returns the limit, with its key's running count and recent starts counted anew.
+    Waiting claimers whose jobs it held look again."""
+    check_limit_key(key, "key")
+    running_max, starts_max, window = _checked(max_running, max_starts, per_ms)
+    now = now_ms()
+    with scope.unit_of_work() as uow:
+        running, starts = _counted(uow, key, starts_max, window, now)
+        values = {"max_running": running_max, "max_starts": starts_max, "per_ms": window,
+                  "running": running, "starts_json": starts, "updated_at_ms": now}
+        stmt = (uow.sql.insert(_limits).values(key=key, created_at_ms=now, **values)
+                .on_conflict_do_update(index_elements=[_limits.c.key], set_=values)
+                .returning(*_limits.c))
+        limit = from_row(AssignLimit, execute(uow, stmt).mappings().one())
+        _wake_waiters(uow, key)
+        return limit
+
+
+def _wake_waiters(uow: Transaction, key: str) -> None:
+    notice = uow.sql.room_notice(key)
+    if notice is not None:
+        execute(uow, notice)
+
+
+def get_assign_limits(scope: Scope) -> dict[str, AssignLimit]:
+    """Every limit by its key (in key order), each with its key's running count and
+    start times as they are now (``limit.recent_starts(now)``, ``limit.to_dict()``)."""
+    with scope.one_read() as uow:
+        rows = execute(uow, select(_limits).order_by(_limits.c.key)).mappings().all()
+    return {str(row["key"]): from_row(AssignLimit, row) for row in rows}
+
+
+def remove_assign_limit(scope: Scope, key: str) -> bool:
+    """Remove the limit of ``key`` (its jobs run unbounded from now on); True when there
+    was one. Waiting claimers whose jobs it held look again."""
+    check_limit_key(key, "key")
+    with scope.unit_of_work() as uow:
+        removed = bool(execute(uow, delete(_limits).where(_limits.c.key == key)).rowcount)
+        if removed:
+            _wake_waiters(uow, key)
+        return removed
+
+
+def full_limits(uow: Transaction, now: int) -> tuple[list[str], int | None]:
+    """The keys of the limits with no room at ``now`` (a claim would skip their jobs),
+    and when the first of them that a rate holds has room again (None: none does; room
+    under max_running comes back when a job ends, which wakes waiters itself)."""
+    full: list[str] = []
+    reopen: list[int] = []
+    for key, limit in get_assign_limits(uow).items():
+        running_full = limit.max_running is not None and limit.running >= limit.max_running
+        recent = sorted(at for at in limit.starts or [] if isinstance(at, int)
+                        and limit.per_ms is not None and at > now - limit.per_ms)
+        rate_full = limit.max_starts is not None and len(recent) >= limit.max_starts
+        if running_full or rate_full:
+            full.append(key)
+        if rate_full and limit.max_starts is not None and limit.per_ms is not None:
+            # room when all but max_starts - 1 of the recent starts have left the window
+            reopen.append(recent[len(recent) - limit.max_starts] + limit.per_ms)
+    return full, min(reopen) if reopen else None

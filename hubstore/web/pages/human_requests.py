@@ -1,0 +1,131 @@
+"""Human requests: the pending ones, the nearest deadline first, each answered by its kind.
+
+The list is not replaced while a person may be typing an answer: the live part says how
+many are pending and, when the set changed, links to the new list.
+
+Answers (the request's ``response``): approval ``{"approved": true|false}``; choice
+``{"choice": <one of the schema's options>}``; text and captcha ``{"text": ...}``;
+credential ``{"credential": ...}``. Any kind may be declined (state ``declined``, no
+response). A credential is typed into a masked field, and is never rendered back, logged
+or put in a URL: after the answer the page shows only that it was answered.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from hubstore.errors import HubStoreError
+from hubstore.ids import now_ms
+from hubstore.models import HumanRequest
+from hubstore.web.console import (
+    back,
+    checked_form,
+    console_of,
+    dom_id,
+    failed,
+    field,
+    render,
+)
+
+log = logging.getLogger("hubstore.web")
+#: The schema keys that may hold a choice's options, in the order they are looked at.
+OPTION_KEYS = ("options", "choices", "enum")
+
+
+def options(request: HumanRequest) -> list[str]:
+    """A choice request's options, as text (from its schema)."""
+    schema = request.schema
+    found: Any = None
+    if isinstance(schema, dict):
+        found = next((schema[k] for k in OPTION_KEYS if isinstance(schema.get(k), list)), None)
+    elif isinstance(schema, list):
+        found = schema
+    result: list[str] = []
+    for item in found or []:
+        value = item.get("value", item.get("label")) if isinstance(item, dict) else item
+        if value is not None:
+            result.append(value if isinstance(value, str) else str(value))
+    return result
+
+
+async def _context(request: Request) -> dict[str, Any]:
+    pending = await console_of(request).store.get_pending_human_requests()
+    pending.sort(key=lambda r: (r.deadline_ms, r.request_id))
+    digest = dom_id("\n".join(r.request_id for r in pending))
+    return {"pending": pending, "options": {r.request_id: options(r) for r in pending},
+            "now": now_ms(), "digest": digest,
+            "changed": request.query_params.get("shown", digest) != digest}
+
+
+async def human_requests(request: Request) -> Response:
+    return await render(request, "human_requests.html", await _context(request))
+
+
+async def human_requests_live(request: Request) -> Response:
+    return await render(request, "human_requests_status.html", await _context(request))
+
+
+class _Refused(Exception):
+    pass
+
+
+def _answer(human: HumanRequest, decision: str, form: Any) -> tuple[str, Any]:
+    """(state, response) for the posted answer; _Refused with a reason people read."""
+    if decision == "decline":
+        return "declined", None
+    if decision != "accept":
+        raise _Refused("unknown decision")
+    kind = human.kind
+    if kind == "approval":
+        return "accepted", {"approved": True}
+    if kind == "choice":
+        choice = field(form, "choice")
+        if choice not in options(human):
+            raise _Refused("choose one of the request's options")
+        return "accepted", {"choice": choice}
+    value = field(form, "value")
+    if not value:
+        raise _Refused("the answer is empty")
+    key = "credential" if kind == "credential" else "text"
+    return "accepted", {key: value}
+
+
+async def answer(request: Request) -> Response:
+    form = await checked_form(request)
+    if isinstance(form, Response):
+        return form
+    store = console_of(request).store
+    request_id = field(form, "id")
+    human = await store.get_human_request(request_id) if request_id else None
+    if human is None:
+        return await render(request, "missing.html", {"what": "human request"},
+                            status_code=404)
+    if human.state != "pending":
+        return back(request, "human_requests", f"already {human.state}")
+    try:
+        state, response = _answer(human, field(form, "decision"), form)
+        await store.update_human_request(request_id, state, response)  # type: ignore[arg-type]
+    except _Refused as exc:
+        return await render(request, "failed.html", {"error": str(exc), "code": "VALIDATION"},
+                            status_code=400)
+    except HubStoreError as exc:
+        if human.kind == "credential":  # its message could quote the value
+            log.info("console: answer to %s refused (%s)", request_id, exc.code)
+            return await render(request, "failed.html", {
+                "error": "the store refused the credential (it is not kept)",
+                "code": exc.code}, status_code=400)
+        return await failed(request, exc)
+    log.info("console: human request %s (%s) %s", request_id, human.kind, state)
+    return back(request, "human_requests", f"answered: {state}")
+
+
+routes = [
+    Route("/human-requests", human_requests, name="human_requests"),
+    Route("/live/human-requests", human_requests_live, name="human_requests_live"),
+    Route("/human-requests/answer", answer, methods=["POST"], name="human_request_answer"),
+]

@@ -1,0 +1,117 @@
+"""Reflexion entries: list and filter (list_reflexion), search by error text
+(lookup_solution), edit (patch_reflexion) and delete (delete_reflexion)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from hubstore.errors import HubStoreError, ValidationError
+from hubstore.models import REFLEXION_TYPES, ReflexionEntry
+from hubstore.reflexion import lookup_solution
+from hubstore.store import HubStore
+from hubstore.web.console import back, checked_form, console_of, failed, field, render
+
+log = logging.getLogger("hubstore.web")
+#: Entries a list shows at most (list_reflexion returns every match).
+SHOWN = 200
+#: The fields the edit form sets (patch_reflexion's).
+TEXT_FIELDS = ("error_pattern", "error_message", "solution")
+
+
+def _float(value: str, what: str) -> float | None:
+    if not value.strip():
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise ValidationError(f"{what} must be a number, got {value!r}") from None
+
+
+async def reflexion(request: Request) -> Response:
+    q = request.query_params
+    search = q.get("q", "").strip()
+    kind = q.get("type", "")
+    slug = q.get("project_slug", "").strip()
+    store = console_of(request).store
+    try:
+        if search:
+            found = await store.run_sync(lambda s: lookup_solution(s, search))
+            entries: list[ReflexionEntry] = found.entries
+        else:
+            entries = await store.list_reflexion(
+                type=kind if kind in REFLEXION_TYPES else None,
+                min_confidence=_float(q.get("min_confidence", ""), "min_confidence"),
+                project_slug=slug or None)
+    except HubStoreError as exc:
+        return await failed(request, exc)
+    return await render(request, "reflexion.html", {
+        "entries": entries[:SHOWN], "total": len(entries), "shown": SHOWN, "q": search,
+        "type": kind, "types": REFLEXION_TYPES, "project_slug": slug,
+        "min_confidence": q.get("min_confidence", "")})
+
+
+async def entry(request: Request) -> Response:
+    entry_id = request.query_params.get("id", "")
+    found = await console_of(request).store.get_reflexion(entry_id) if entry_id else None
+    if found is None:
+        return await render(request, "missing.html", {"what": "reflexion entry"},
+                            status_code=404)
+    return await render(request, "reflexion_entry.html", {"entry": found})
+
+
+def _patch(form: Any) -> dict[str, Any]:
+    patch: dict[str, Any] = {name: field(form, name) for name in TEXT_FIELDS}
+    code = field(form, "solution_code")
+    patch["solution_code"] = code or None
+    confidence = _float(field(form, "confidence"), "confidence")
+    if confidence is not None:
+        patch["confidence"] = confidence
+    return patch
+
+
+async def edit(request: Request) -> Response:
+    form = await checked_form(request)
+    if isinstance(form, Response):
+        return form
+    entry_id = field(form, "id")
+    try:
+        patch = _patch(form)
+        done = await console_of(request).store.run_sync(
+            lambda s: _patched(s, entry_id, patch))
+    except HubStoreError as exc:
+        return await failed(request, exc)
+    if not done:
+        return await render(request, "missing.html", {"what": "reflexion entry"},
+                            status_code=404)
+    log.info("console: reflexion entry %s edited", entry_id)
+    return back(request, "reflexion_entry", "saved", id=entry_id)
+
+
+def _patched(store: HubStore, entry_id: str, patch: dict[str, Any]) -> bool:
+    return store.patch_reflexion(entry_id, **patch) is not None
+
+
+async def delete(request: Request) -> Response:
+    form = await checked_form(request)
+    if isinstance(form, Response):
+        return form
+    entry_id = field(form, "id")
+    try:
+        done = await console_of(request).store.delete_reflexion(entry_id)
+    except HubStoreError as exc:
+        return await failed(request, exc)
+    log.info("console: reflexion entry %s deleted", entry_id)
+    return back(request, "reflexion", "deleted" if done else "already gone")
+
+
+routes = [
+    Route("/reflexion", reflexion, name="reflexion"),
+    Route("/reflexion/entry", entry, name="reflexion_entry"),
+    Route("/reflexion/edit", edit, methods=["POST"], name="reflexion_edit"),
+    Route("/reflexion/delete", delete, methods=["POST"], name="reflexion_delete"),
+]

@@ -1,0 +1,74 @@
+"""Take the overview's screenshot for README.md and docs/console.md.
+
+Fills a demo hub in a temporary SQLite file, serves the console on a loopback port and
+photographs the overview with Debian's chromium through Playwright::
+
+    python tools/console_screenshot.py docs/images/console-overview.png
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import uvicorn
+from playwright.sync_api import sync_playwright
+
+from hubstore import HubStore
+from hubstore.types import AgentCli
+from hubstore.web import create_app
+
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+
+
+def demo(store: HubStore) -> None:
+    clis: list[AgentCli] = ["codex", "claude", "gemini"]
+    for i, cli in enumerate(clis):
+        store.register_agent(f"worker-{i + 1}", cli, topics=["build", "review"])
+    store.register_agent("lead", "claude", heartbeat_ttl_ms=1)
+    for i in range(14):
+        job = store.create_assign("lead", f"worker-{i % 3 + 1}", task=f"step {i}")
+        if i % 4 == 0:
+            store.update_assign_status(job.job_id, "running")
+        elif i % 4 == 1:
+            store.update_assign_status(job.job_id, "succeeded")
+        elif i % 7 == 2:
+            store.update_assign_status(job.job_id, "failed")
+    message = store.audit_log("request", "lead", "worker-2", "build", payload={"n": 1})
+    store.move_to_dead_letter(message.id, "worker gone")
+    store.insert_human_request("worker-1", "approval", "Deploy to production?")
+
+
+def main(target: Path) -> None:
+    with tempfile.TemporaryDirectory() as folder, \
+            HubStore.open(f"sqlite:///{folder}/hub.db", auto_migrate=True) as store:
+        demo(store)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        server = uvicorn.Server(uvicorn.Config(create_app(store, token="demo-token-1"),
+                                               host="127.0.0.1", port=port,
+                                               log_level="warning",
+                                               timeout_graceful_shutdown=1))
+        thread = threading.Thread(target=server.run, daemon=True)
+        thread.start()
+        while not server.started:
+            time.sleep(0.01)
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path="/usr/bin/chromium", args=ARGS)
+            page = browser.new_page(viewport={"width": 1200, "height": 900})
+            page.goto(f"http://127.0.0.1:{port}/")
+            page.wait_for_selector("body[data-live=open]")
+            page.screenshot(path=str(target), full_page=True)
+            browser.close()
+        server.should_exit = True
+        thread.join(10)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
