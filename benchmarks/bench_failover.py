@@ -4,10 +4,11 @@ For each replication mode (asynchronous, synchronous) and each number of process
 a fresh primary and streaming standby of its own (tests/pg_cluster.py: the server's own
 binaries in a temporary folder, on free local ports), the same scenario:
 
-1. P processes run ``assign_async`` in a loop, each job with an id of the caller's, on
-   a store opened with one multi-host URL naming both servers
-   (``target_session_attrs=read-write``, ``call_timeout``); a call that fails with
-   ``outcome_unknown`` is retried with the same id (DuplicateKey: the job exists);
+1. P processes run ``assign_async`` in a loop, each job with an id of the caller's
+   (``job_id`` and ``unique_key``), on a store opened with one multi-host URL naming
+   both servers (``target_session_attrs=read-write``, ``call_timeout``); a call that
+   fails with ``outcome_unknown`` is retried with the same id (the job returned, or
+   DuplicateKey once it has ended);
 2. after ``--load-s`` seconds the standby lags: the primary's WAL sender is stopped
    (SIGSTOP) for ``--lag-s`` seconds (0: no lag), while the load goes on;
 3. the primary is killed (SIGKILL to all its processes, the stopped WAL sender too: a
@@ -63,9 +64,9 @@ def _load(url: str, worker: int, ready: Any, stop: Any, results: Any) -> None:
             job_id = f"job-{worker}-{number}"
             began = time.monotonic()
             try:
-                store.assign_async("lead", "w1", task="build", job_id=job_id)
+                store.assign_async("lead", "w1", task="build", job_id=job_id, unique_key=job_id)
             except DuplicateKey:
-                pass  # a retry whose first try had committed: the job exists
+                pass  # a retry whose first try had committed, and the job has ended
             except DatabaseUnavailable as exc:
                 calls.append((began, time.monotonic(), None, type(exc).__name__))
                 if not exc.outcome_unknown:

@@ -11,7 +11,8 @@ the network for ever (issue 33).
   nothing reconnects while it is handled. Lost before COMMIT: nothing was written
   (``outcome_unknown`` False). Lost while the server commits (the answer to COMMIT, or to
   the one statement of a call in autocommit): ``outcome_unknown``, and a retry with the
-  same ``job_id`` raises DuplicateKey: the job exists, once.
+  same ``job_id`` raises DuplicateKey (the job exists, once), or, with the same
+  ``unique_key`` too, returns the job the first try wrote.
 - A multi-host URL's host that took the last connection is tried first.
 
 tests/test_failover.py does the same on a real failover and a SIGSTOPped server.
@@ -259,10 +260,18 @@ def test_a_lost_commit_answer_is_outcome_unknown_and_the_retry_finds_the_job(
         assert caught.value.outcome_unknown
         with pytest.raises(DuplicateKey):
             store.create_assign("lead", "w1", task="ship", job_id="job-2")
-        assert proxy.answers_lost == 2
+        # With the id as unique_key too, the retry returns the job the first try wrote.
+        proxy.lose_answer_after(b"COMMIT")
+        with pytest.raises(DatabaseUnavailable) as caught:
+            store.assign_async("lead", "w1", task="test", job_id="job-3", unique_key="job-3")
+        assert caught.value.outcome_unknown
+        again = store.assign_async("lead", "w1", task="test", job_id="job-3",
+                                   unique_key="job-3")
+        assert (again.job_id, again.deduplicated) == ("job-3", True)
+        assert proxy.answers_lost == 3
         jobs = store.list_assigns(limit=10)
-        assert sorted(j.job_id for j in jobs) == ["job-1", "job-2"]
-        assert store.get_hub_stats()["total_messages"] == 1  # job-1's dispatch, once
+        assert sorted(j.job_id for j in jobs) == ["job-1", "job-2", "job-3"]
+        assert store.get_hub_stats()["total_messages"] == 2  # job-1's, job-3's dispatch
 
 
 def test_only_a_commit_leaves_the_outcome_unknown(store: HubStore) -> None:

@@ -65,16 +65,16 @@ def test_a_frozen_server_fails_the_call_within_its_bound(cluster: Cluster) -> No
 
 def _load(store: HubStore, worker: int, stop: threading.Event, acknowledged: list[str],
           failures: list[BaseException]) -> None:
-    """assign_async in a loop, each job with an id of the caller's: a call whose
-    outcome is unknown is retried with the same id until it is known (DuplicateKey:
-    the first try had committed)."""
+    """assign_async in a loop, each job with an id of the caller's (job_id and
+    unique_key): a call whose outcome is unknown is retried with the same id until it
+    is known (the job returned, or DuplicateKey: the first try had committed)."""
     number = 0
     while not stop.is_set():
         job_id = f"job-{worker}-{number}"
         try:
-            store.assign_async("lead", "w1", task="build", job_id=job_id)
+            store.assign_async("lead", "w1", task="build", job_id=job_id, unique_key=job_id)
         except DuplicateKey:
-            pass  # a retry whose first try had committed: the job exists
+            pass  # a retry whose first try had committed, and the job has ended
         except DatabaseUnavailable as exc:
             failures.append(exc)
             if exc.outcome_unknown:
