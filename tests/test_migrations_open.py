@@ -3,6 +3,7 @@ names the command that fixes it, and is left exactly as it was."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -91,8 +92,8 @@ def test_database_at_head_opens(db_url: URL) -> None:
         assert store.list_all_agents() == []
 
 
-def test_open_at_head_resolves_the_url_once_and_builds_one_engine(
-        db_url: URL, monkeypatch: pytest.MonkeyPatch) -> None:
+def _counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
+    """How often hubstore resolves a URL and makes an engine, from now on."""
     import hubstore.engine
     import hubstore.store
     import hubstore.urls
@@ -111,6 +112,96 @@ def test_open_at_head_resolves_the_url_once_and_builds_one_engine(
     for module in (hubstore.engine, migrations):
         monkeypatch.setattr(module, "create_engine",
                             counting("create_engine", module.create_engine))
+    return calls
+
+
+def test_open_at_head_resolves_the_url_once_and_builds_one_engine(
+        db_url: URL, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = _counted(monkeypatch)
     with HubStore.open(db_url) as store:
         assert store.list_all_agents() == []
     assert calls == {"resolve_url": 1, "create_engine": 1}
+
+
+def test_open_with_auto_migrate_resolves_the_url_once(
+        empty_url: URL, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new database migrated by HubStore.open: the URL resolved once; PostgreSQL: one
+    engine and one connection serve the revision check, the migrations and the store.
+    SQLite: the migrations run on an engine of their own (the file's journal mode stays
+    as it is until a legacy file is adopted, foreign keys off)."""
+    from sqlalchemy import event
+    from sqlalchemy.pool import Pool
+
+    calls = _counted(monkeypatch)
+    connects: list[object] = []
+
+    def connected(dbapi_conn: object, _record: object) -> None:
+        connects.append(dbapi_conn)
+
+    event.listen(Pool, "connect", connected)
+    try:
+        with HubStore.open(empty_url, auto_migrate=True) as store:
+            assert store.list_all_agents() == []
+    finally:
+        event.remove(Pool, "connect", connected)
+    sqlite = empty_url.get_backend_name() == "sqlite"
+    assert calls == {"resolve_url": 1, "create_engine": 2 if sqlite else 1}
+    if not sqlite:
+        assert len(connects) == 1
+    assert migrations.current(empty_url) == migrations.head()
+
+
+@pytest.mark.parametrize("call", ["upgrade", "current", "downgrade", "require_current"])
+def test_a_server_that_cannot_be_reached_is_unavailable(call: str) -> None:
+    import socket
+
+    from hubstore.errors import DatabaseUnavailable
+
+    with socket.socket() as probe:  # a port no one listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"postgresql+psycopg://postgres@127.0.0.1:{port}/hub"
+    runs: dict[str, Callable[[], object]] = {
+        "upgrade": lambda: migrations.upgrade(url),
+        "current": lambda: migrations.current(url),
+        "downgrade": lambda: migrations.downgrade(url, "base"),
+        "require_current": lambda: migrations.require_current(url)}
+    run = runs[call]
+    with pytest.raises(DatabaseUnavailable, match="refused") as caught:
+        run()
+    assert caught.value.__cause__ is not None
+
+
+def test_a_database_that_does_not_exist_is_unavailable(postgres: Any) -> None:
+    from hubstore.errors import DatabaseUnavailable
+
+    url: URL = postgres.admin.url.set(database="hubstore_no_such_database")
+    runs: list[Callable[[], object]] = [
+        lambda: migrations.upgrade(url), lambda: migrations.current(url),
+        lambda: migrations.downgrade(url, "base"),
+        lambda: migrations.upgrade(url, schema="hub")]
+    for run in runs:
+        with pytest.raises(DatabaseUnavailable, match="does not exist"):
+            run()
+
+
+def test_upgrade_makes_no_folder_at_the_top_or_under_a_file(tmp_path: Path) -> None:
+    """As `hubstore db upgrade` refuses: folders are made only inside an existing,
+    writable one (HubStore.open(auto_migrate=True) follows the same rule)."""
+    import uuid
+
+    from hubstore.errors import DatabaseUnavailable
+
+    top = Path("/") / f"hubstore-typo-{uuid.uuid4().hex[:8]}"
+    (tmp_path / "file").write_text("")
+    for path, reason in ((top / "sub" / "x.db", "creates folders only inside an existing"),
+                         (tmp_path / "file" / "sub" / "x.db", "is not a writable folder")):
+        for run in (lambda p=path: migrations.upgrade(f"sqlite:///{p}"),
+                    lambda p=path: HubStore.open(f"sqlite:///{p}", auto_migrate=True)):
+            with pytest.raises(DatabaseUnavailable, match=reason):
+                run()
+    assert not top.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+    made = tmp_path / "a" / "b" / "x.db"  # inside an existing folder: made
+    migrations.upgrade(f"sqlite:///{made}")
+    assert migrations.current(f"sqlite:///{made}") == migrations.head()
