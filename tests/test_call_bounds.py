@@ -274,6 +274,27 @@ def test_a_lost_commit_answer_is_outcome_unknown_and_the_retry_finds_the_job(
         assert store.get_hub_stats()["total_messages"] == 2  # job-1's, job-3's dispatch
 
 
+def test_a_lost_commit_answer_retried_with_the_callers_id_writes_one_row(
+        pg_url: URL, proxy: Proxy) -> None:
+    with HubStore.open(_through(proxy, pg_url)) as store:
+        proxy.lose_answer_after(b"COMMIT")
+        with pytest.raises(DatabaseUnavailable) as caught:
+            store.audit_log("event", "lead", "w1", "t", payload={"n": 1}, id="msg-1")
+        assert caught.value.outcome_unknown
+        again = store.audit_log("event", "lead", "w1", "t", payload={"n": 1}, id="msg-1")
+        assert (again.id, again.deduplicated) == ("msg-1", True)
+
+        proxy.lose_answer_after(b"COMMIT")
+        with pytest.raises(DatabaseUnavailable) as caught:
+            store.insert_human_request("lead", "approval", "ship?", request_id="ask-1")
+        assert caught.value.outcome_unknown
+        asked = store.insert_human_request("lead", "approval", "ship?", request_id="ask-1")
+        assert (asked.request_id, asked.deduplicated) == ("ask-1", True)
+        assert proxy.answers_lost == 2
+        assert store.get_hub_stats()["total_messages"] == 1
+        assert [r.request_id for r in store.get_pending_human_requests()] == ["ask-1"]
+
+
 def test_only_a_commit_leaves_the_outcome_unknown(store: HubStore) -> None:
     """SQLite: no server to lose; a failure there is never outcome-unknown."""
     if store.dialect != "sqlite":
