@@ -1,7 +1,7 @@
 """A PostgreSQL failover under load: how long the hub is down, what fails, what is lost.
 
 For each replication mode (asynchronous, synchronous) and each number of processes, on
-a fresh primary and streaming standby of its own (tests/pg_cluster.py: the server's own
+a fresh primary and streaming standby of its own (tests/faults/pg_cluster.py: the server's own
 binaries in a temporary folder, on free local ports), the same scenario:
 
 1. P processes run ``assign_async`` in a loop, each job with an id of the caller's
@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the checkout: te
 
 from hubstore import HubStore
 from hubstore.errors import DatabaseUnavailable, DuplicateKey, HubStoreError
-from tests.pg_cluster import Cluster, Server, missing, multi_host_url
+from tests.faults.pg_cluster import Cluster, Server, missing, multi_host_url
 
 
 def _load(url: str, worker: int, ready: Any, stop: Any, results: Any) -> None:
