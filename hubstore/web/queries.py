@@ -5,7 +5,7 @@
   (``idx_human_requests_state``: one entry per pending request), the jobs finished in the
   last minute and each status's latest update (``idx_assign_jobs_status``, a range per
   status). What the overview, /metrics and the live updates show.
-- :func:`worker_depths`: queued and running jobs per worker.
+- :func:`worker_depths`: queued and running jobs per worker (revision 0015's counts).
 - :func:`messages_by_id`: the messages of a page of dead letters.
 
 They run in a read-only unit of work of the sync store (the console calls them on the
@@ -22,7 +22,7 @@ from sqlalchemy import Select, func, literal, select, union_all
 from hubstore.execution import execute, from_row
 from hubstore.ids import now_ms
 from hubstore.models import ASSIGN_STATUSES, Agent, AssignJob, HumanRequest, Message, table_of
-from hubstore.services.stats import counts
+from hubstore.services.stats import counts, jobs_by_worker
 from hubstore.store import HubStore
 from hubstore.transaction import Transaction
 
@@ -92,17 +92,10 @@ def snapshot(store: HubStore) -> Snapshot:
 
 
 def worker_depths(store: HubStore) -> list[tuple[str, int, int]]:
-    """(worker, queued, running) for the workers with the most queued jobs."""
-    c = _jobs.c
-    stmt = (select(c.worker_agent, c.status, func.count().label("n"))
-            .where(c.status.in_(("queued", "running")))
-            .group_by(c.worker_agent, c.status))
-    depths: dict[str, list[int]] = {}
+    """(worker, queued, running) for the workers with the most queued jobs, from the
+    trigger-kept counts of revision 0015 (no job is read)."""
     with store.unit_of_work(write=False) as uow:
-        for worker, status, n in execute(uow, stmt):
-            depths.setdefault(str(worker), [0, 0])[0 if status == "queued" else 1] = int(n)
-    ranked = sorted(depths.items(), key=lambda item: (-item[1][0], -item[1][1], item[0]))
-    return [(w, q, r) for w, (q, r) in ranked[:MAX_WORKERS]]
+        return jobs_by_worker(uow, MAX_WORKERS)
 
 
 @dataclass(frozen=True)
