@@ -291,6 +291,17 @@ class AsyncOperations:
         """
         return await self._call(self._sync_ops().update_human_request, request_id, state, response)
 
+    async def answer_human_request(
+        self, request_id: str, state: HumanState, response: Any = None
+    ) -> HumanRequest | None:
+        """Await :meth:`HubStore.answer_human_request`: Answer a pending request, once: its
+        state (any but pending) and response are set only while it is still pending, in one
+        guarded UPDATE. The request as answered, or None when it was not pending any more
+        (another answer, a cancel or its deadline came first) or does not exist: of two
+        answers at once, exactly one is kept.
+        """
+        return await self._call(self._sync_ops().answer_human_request, request_id, state, response)
+
     async def get_pending_human_requests(self) -> list[HumanRequest]:
         """Await :meth:`HubStore.get_pending_human_requests`: Every pending request."""
         return await self._call(self._sync_ops().get_pending_human_requests)

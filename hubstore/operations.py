@@ -87,6 +87,7 @@ class HubOperations:
     insert_human_request = human_requests.insert_human_request
     get_human_request = human_requests.get_human_request
     update_human_request = human_requests.update_human_request
+    answer_human_request = human_requests.answer_human_request
     get_pending_human_requests = human_requests.get_pending_human_requests
     expire_human_requests = human_requests.expire_human_requests
 

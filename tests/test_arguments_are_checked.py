@@ -16,6 +16,7 @@ from sqlalchemy import inspect as sa_inspect
 from hubstore import HubStore
 from hubstore.errors import DuplicateKey, ValidationError
 from hubstore.jsontype import MAX_JSON_DEPTH
+from hubstore.models import AssignJob
 from hubstore.validation import MAX_KEY_BYTES
 from tests.test_hostile_inputs import METHODS, nested, snapshot
 
@@ -34,6 +35,9 @@ VALID: dict[str, Any] = {
     "js_number": 5, "confidence": 0.5, "limit": 10, "bool": True, "reported": "succeeded",
     "statuses": ["queued"], "timeout": 0, "feed_batch": 10,
     "jobs": [{"task": "t"}], "reports": [{"job_id": "j-1", "status": "running"}],
+    "human_answer": "accepted", "page_cursor": None, "reflexion_cursor": None,
+    "limit_key": "codex", "attempt": 1, "extend": None, "cron": None, "every": 60_000,
+    "claimed_job": AssignJob(job_id="j-1", worker_agent="agent-1", attempt=1),
 }
 
 
@@ -102,6 +106,7 @@ def test_lone_surrogates_and_nul_in_text_are_refused_everywhere(
 JSON_ARGUMENTS = [
     ("audit_log", "payload"), ("create_assign", "payload"), ("create_assign", "result"),
     ("insert_human_request", "requested_schema"), ("update_human_request", "response"),
+    ("answer_human_request", "response"),
     ("register_agent", "capabilities"), ("register_agent", "metadata"),
     ("report_assign_result", "error"), ("add_reflexion", "context"),
     ("save_pipeline_state", "artifacts"), ("update_assign_status", "payload"),

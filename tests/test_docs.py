@@ -44,7 +44,7 @@ STORE_METHODS = {
     "get_messages_by_trace", "update_message_status", "poll_for_agent",
     "get_audit_messages_for_agent", "deliver_to_agent", "deliver_to_topic", "ack_messages",
     "insert_human_request", "get_human_request", "update_human_request",
-    "get_pending_human_requests", "expire_human_requests",
+    "answer_human_request", "get_pending_human_requests", "expire_human_requests",
     "move_to_dead_letter", "get_dead_letters", "requeue_dead_letter", "discard_dead_letter",
     "create_assign", "get_assign", "update_assign_status", "list_assigns", "page_assigns",
     "retry_assign", "assign_async", "report_assign_result", "schedule_assign_retry",

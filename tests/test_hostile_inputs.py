@@ -161,6 +161,7 @@ def valid(kind: str, pools: Pools) -> st.SearchStrategy[Any]:
     enums = {"cli": AGENT_CLIS, "agent_status": AGENT_STATUSES, "msg_type": MESSAGE_TYPES,
              "msg_status": MESSAGE_STATUSES, "assign_status": ASSIGN_STATUSES,
              "human_kind": HUMAN_KINDS, "human_state": HUMAN_STATES,
+             "human_answer": tuple(s for s in HUMAN_STATES if s != "pending"),
              "human_action": HUMAN_DEFAULT_ACTIONS, "reflexion_type": REFLEXION_TYPES}
     if kind in enums:
         return st.sampled_from(list(enums[kind]))
@@ -268,6 +269,8 @@ METHODS: dict[str, dict[str, str]] = {
                              "correlation_id": "opt_id", "trace_id": "opt_id"},
     "get_human_request": {"request_id": "request"},
     "update_human_request": {"request_id": "request", "state": "human_state",
+                             "response": "json"},
+    "answer_human_request": {"request_id": "request", "state": "human_answer",
                              "response": "json"},
     "get_pending_human_requests": {},
     "expire_human_requests": {"now_ms": "time"},

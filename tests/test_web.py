@@ -261,6 +261,19 @@ def test_human_requests_are_answered_by_kind(operator: TestClient, store: HubSto
     assert store.get_pending_human_requests() == []
 
 
+def test_an_answer_after_someone_elses_is_not_kept_and_says_so(operator: TestClient,
+                                                               store: HubStore) -> None:
+    request = store.insert_human_request("a", "approval", "ship?")
+    token = csrf(operator, "/human-requests")  # the page shown while it was pending
+    store.answer_human_request(request.request_id, "declined")  # another operator
+    late = operator.post("/human-requests/answer", data={
+        "id": request.request_id, "decision": "accept", "csrf": token})
+    assert late.status_code == 200
+    assert "someone else answered it first (it is declined): yours was not kept" in late.text
+    stored = present(store.get_human_request(request.request_id))
+    assert (stored.state, stored.response) == ("declined", None)
+
+
 def test_a_choice_outside_the_options_is_refused(operator: TestClient, store: HubStore) -> None:
     choice = store.insert_human_request("a", "choice", "which?",
                                         requested_schema={"options": ["red", "blue"]})
