@@ -22,7 +22,7 @@ from hubstore.models import (
     PipelineState,
     ReflexionEntry,
 )
-from hubstore.results import AssignOutcome, AssignPage, Lease
+from hubstore.results import AssignOutcome, AssignPage, Lease, ReflexionPage
 from hubstore.services.messages import DEFAULT_POLL
 from hubstore.services.reflexion import THIRTY_DAYS_MS
 from hubstore.services.retention import Progress
@@ -766,6 +766,24 @@ class AsyncOperations:
         ``listReflexion``.
         """
         return await self._call(self._sync_ops().list_reflexion, type, min_confidence, project_slug)
+
+    async def page_reflexion(
+        self,
+        type: str | None = None,
+        min_confidence: float | None = None,
+        project_slug: str | None = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> ReflexionPage:
+        """Await :meth:`HubStore.page_reflexion`: A page of ``list_reflexion``'s entries
+        (the same filters, the same order): ``limit`` entries (1..MAX_PAGE) after the cursor
+        ``after`` (None: from the first), and the cursor of the next page (None after the
+        last). A page reads ``limit`` entries past the cursor, however many match: a list of
+        any length, a page at a time.
+        """
+        return await self._call(
+            self._sync_ops().page_reflexion, type, min_confidence, project_slug, limit, after
+        )
 
     async def patch_reflexion(
         self, id: str, **patch: Unpack[ReflexionPatch]

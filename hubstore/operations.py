@@ -138,6 +138,7 @@ class HubOperations:
     update_reflexion_hit = reflexion.update_reflexion_hit
     prune_reflexion = reflexion.prune_reflexion
     list_reflexion = reflexion.list_reflexion
+    page_reflexion = reflexion.page_reflexion
     patch_reflexion = reflexion.patch_reflexion
     delete_reflexion = reflexion.delete_reflexion
 

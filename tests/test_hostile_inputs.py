@@ -201,6 +201,7 @@ def valid(kind: str, pools: Pools) -> st.SearchStrategy[Any]:
         "cron": st.none() | st.sampled_from(["*/5 * * * *", "0 3 * * *"]),
         "every": st.none() | st.integers(1_000, 10**9),
         "page_cursor": st.none() | st.sampled_from(["1:a", "9999999999999:z"]),
+        "reflexion_cursor": st.none() | st.sampled_from(["0.5:1:a", "1.0:9999999999999:z"]),
         "extend": st.none() | st.integers(1, 86_400_000),
         # (a job as a claim hands it out: its id, its worker and its attempt)
         "claimed_job": st.builds(lambda job_id, worker, attempt: AssignJob(
@@ -338,6 +339,9 @@ METHODS: dict[str, dict[str, str]] = {
                         "now_ms": "time"},
     "list_reflexion": {"type": "reflexion_type", "min_confidence": "confidence",
                        "project_slug": "opt_text"},
+    "page_reflexion": {"type": "reflexion_type", "min_confidence": "confidence",
+                       "project_slug": "opt_text", "limit": "feed_batch",
+                       "after": "reflexion_cursor"},
     "patch_reflexion": {"id": "entry", "**": "reflexion_patch"},
     "delete_reflexion": {"id": "entry"},
     "get_pipeline_state": {"team_name": "team"},

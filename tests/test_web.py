@@ -31,7 +31,7 @@ from hubstore.web.queries import (
     snapshot,
 )
 from hubstore.web.stream import Pulse
-from tests.factories import AssignJobFactory, MessageFactory
+from tests.factories import AssignJobFactory, MessageFactory, ReflexionEntryFactory
 from tests.helpers import present, query_plan
 from tests.web_helpers import HOSTILE, TOKEN, csrf, post, sign_in
 
@@ -324,6 +324,21 @@ def test_reflexion_search_edit_and_delete(operator: TestClient, store: HubStore)
     assert bad.status_code == 400 and "confidence" in bad.text
     assert post(operator, "/reflexion/delete", {"id": other.id}, "/reflexion") == 303
     assert store.get_reflexion(other.id) is None
+
+
+def test_the_reflexion_list_is_paged_in_list_reflexions_order(client: TestClient,
+                                                              store: HubStore) -> None:
+    for i in range(55):
+        ReflexionEntryFactory.create(confidence=(i % 7) / 7, type="adaptive")
+    ReflexionEntryFactory.create(type="reflexion")
+    listed = [e.id for e in store.list_reflexion(type="adaptive")]
+    first = client.get("/reflexion?type=adaptive").text
+    link = first.split('rel="next"')[0].rsplit('href="', 1)[1].split('"')[0]
+    second = client.get(html.unescape(link)).text
+    assert "Next page" not in second and "First page" in second
+    shown = [page.split("/reflexion/entry?id=")[1:] for page in (first, second)]
+    assert [len(page) for page in shown] == [50, 5]
+    assert [part.split('"', 1)[0] for page in shown for part in page] == listed
 
 
 def test_metrics_are_the_hubs_figures(client: TestClient, store: HubStore) -> None:
