@@ -204,6 +204,19 @@ def test_a_queued_job_says_why_it_is_not_taken(client: TestClient, store: HubSto
     assert client.get("/job?id=missing").status_code == 404
 
 
+def test_the_overview_shows_each_workers_queued_and_running_jobs(client: TestClient,
+                                                                 store: HubStore) -> None:
+    store.assign_many("lead", "w1", [{}, {}, {}])
+    store.assign_many("lead", "w2", [{}, {}])
+    present(store.claim_next_assign("w2"))
+    store.assign_async("lead", "w3")
+    store.finish_assign(present(store.claim_next_assign("w3")), "succeeded")
+    page = client.get("/").text.split('id="workers-h"', 1)[1].split("</section>", 1)[0]
+    rows = [row.split("</tr>", 1)[0] for row in page.split("<tr><td>")[1:]]
+    assert [html.unescape(r).split(">", 2)[1].split("<", 1)[0] for r in rows] == ["w1", "w2"]
+    assert rows[0].endswith("<td>3</td><td>0</td>") and rows[1].endswith("<td>1</td><td>1</td>")
+
+
 def test_the_overview_lists_the_assign_limits(client: TestClient, store: HubStore) -> None:
     assert "No assign limit is set" in client.get("/").text
     store.set_assign_limit("gemini", max_starts=60, per_ms=60_000)
