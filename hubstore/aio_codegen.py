@@ -8,7 +8,7 @@ annotations, each awaiting the sync method through ``_call`` (typed with a Param
 mypy checks every forwarding).
 
 Run ``python -m hubstore.aio_codegen`` after changing a store method's signature;
-tests/test_aio.py fails while the written file is not what this produces.
+tests/waiting/test_aio.py fails while the written file is not what this produces.
 """
 
 from __future__ import annotations

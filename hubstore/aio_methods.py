@@ -141,6 +141,8 @@ class AsyncOperations:
         trace_id: str | None = None,
         correlation_id: str | None = None,
         status: MessageStatus = "queued",
+        *,
+        id: str | None = None,
     ) -> Message:
         """Await :meth:`HubStore.audit_log`: Record a message; ids default to fresh UUIDv7s
         and the payload to {}.
@@ -157,6 +159,7 @@ class AsyncOperations:
             trace_id,
             correlation_id,
             status,
+            id=id,
         )
 
     async def enqueue_message(
@@ -171,6 +174,8 @@ class AsyncOperations:
         trace_id: str | None = None,
         correlation_id: str | None = None,
         status: MessageStatus = "queued",
+        *,
+        id: str | None = None,
     ) -> Message:
         """Await :meth:`HubStore.enqueue_message`: The same as audit_log (kept for
         compatibility).
@@ -187,6 +192,7 @@ class AsyncOperations:
             trace_id,
             correlation_id,
             status,
+            id=id,
         )
 
     async def get_message(self, id: str) -> Message | None:
@@ -263,6 +269,8 @@ class AsyncOperations:
         default_action: HumanDefaultAction = "decline",
         correlation_id: str | None = None,
         trace_id: str | None = None,
+        *,
+        request_id: str | None = None,
     ) -> HumanRequest:
         """Await :meth:`HubStore.insert_human_request`: A pending request; ``deadline_ms``
         is a duration, stored as now + duration.
@@ -277,6 +285,7 @@ class AsyncOperations:
             default_action,
             correlation_id,
             trace_id,
+            request_id=request_id,
         )
 
     async def get_human_request(self, request_id: str) -> HumanRequest | None:

@@ -8,6 +8,7 @@ result code (``sqlite_errorname``), PostgreSQL ones by SQLSTATE.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from typing import Any
 
@@ -33,11 +34,13 @@ def translate(exc: BaseException, *, read_only: bool = False) -> HubStoreError |
     if isinstance(exc, sa_exc.DBAPIError) and exc.orig is not None:
         orig = exc.orig
         if exc.connection_invalidated:
-            return DatabaseUnavailable(f"the connection to the database was lost: {_text(orig)}")
+            return _lost(orig)
     elif isinstance(exc, sa_exc.StatementError) and exc.orig is not None:
         orig = exc.orig  # a bind processor refused a value
         if not isinstance(orig, sqlite3.Error) and not _is_psycopg(orig):
             return ValidationError(f"a value cannot be stored: {_text(orig)}")
+    if getattr(orig, "hubstore_server", None) is not None:  # (lost in a driver call made
+        return _lost(orig)  # without SQLAlchemy: hubstore.pg_connections names the server)
     if isinstance(orig, sqlite3.Error):
         return _sqlite(orig, read_only)
     if _is_psycopg(orig):
@@ -51,6 +54,28 @@ def translate(exc: BaseException, *, read_only: bool = False) -> HubStoreError |
     return None
 
 
+def _lost(orig: BaseException) -> DatabaseUnavailable:
+    """The error for a connection lost in a call, naming the server it was lost from
+    (hubstore.pg_connections tells it) and the driver's own reason."""
+    server = getattr(orig, "hubstore_server", None)
+    where = f"PostgreSQL server at {server}" if server else "database"
+    return DatabaseUnavailable(f"the connection to the {where} was lost: {_text(orig)}")
+
+
+def lost_connection(exc: BaseException) -> bool:
+    """Whether ``exc`` (or an error it was raised from) is a connection lost in a call:
+    the call may or may not have reached the server."""
+    seen: BaseException | None = exc
+    for _ in range(8):  # (a HubStoreError raised from SQLAlchemy's, from the driver's)
+        if seen is None:
+            return False
+        if (isinstance(seen, sa_exc.DBAPIError) and seen.connection_invalidated) or (
+                getattr(seen, "hubstore_server", None) is not None):
+            return True
+        seen = seen.__cause__
+    return False
+
+
 def failed_statement(exc: BaseException) -> bool:
     """Whether ``exc`` is a statement's failure in the database (or a hubstore error
     raised from one): after one a transaction cannot go on as if nothing happened
@@ -61,7 +86,21 @@ def failed_statement(exc: BaseException) -> bool:
 
 
 def _text(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    """The first line of the error's message; for libpq's failure to connect to any of
+    several servers, each server with its reason."""
+    text = str(exc).strip()
+    if not text:
+        return type(exc).__name__
+    if _SEVERAL in text:
+        return "no server took the connection: " + "; ".join(
+            f"{host}:{port}: {reason.strip()}" for host, port, reason in _ATTEMPT.findall(text))
+    return text.splitlines()[0]
+
+
+#: libpq's (psycopg's) message after trying each host of a multi-host URL, and its lines.
+_SEVERAL = "Multiple connection attempts failed"
+_ATTEMPT = re.compile(r"^- host: '([^']*)', port: '([^']*)'[^\n]*?: connection failed: "
+                      r"(?:connection to server (?:at|on) .*? failed: )?([^\n]*)$", re.M)
 
 
 def _from_driver(exc: BaseException) -> bool:
@@ -101,7 +140,8 @@ def _sqlite(exc: sqlite3.Error, read_only: bool) -> HubStoreError:
 
 
 def _is_psycopg(exc: BaseException) -> bool:
-    return type(exc).__module__.startswith("psycopg")
+    """Whether ``exc`` is psycopg's (or hubstore.pg_connections' NoAnswer)."""
+    return type(exc).__module__.startswith("psycopg") or hasattr(exc, "hubstore_server")
 
 
 def _postgresql(exc: Any, read_only: bool) -> HubStoreError:

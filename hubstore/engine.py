@@ -1,7 +1,8 @@
 """Engines per dialect: SQLite (embedded default) and PostgreSQL (psycopg 3).
 
 URL handling lives in :mod:`hubstore.urls` (re-exported here), SQLite's connection
-set-up and BEGIN path in :mod:`hubstore.sqlite`.
+set-up and BEGIN path in :mod:`hubstore.sqlite`, PostgreSQL's connect settings and the
+bound on each call in :mod:`hubstore.pg_connections`.
 """
 
 from __future__ import annotations
@@ -15,26 +16,25 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL
 from sqlalchemy.pool import NullPool
 
-from hubstore import sqlite
+from hubstore import pg_connections, sqlite
 from hubstore.jsontype import dumps
+from hubstore.pg_connections import CALL_TIMEOUT_S, CONNECT_TIMEOUT_S
 from hubstore.sqlite import BEGIN_MODE, BUSY_TIMEOUT_MS
 from hubstore.urls import (
     ENV_URL,
-    PGBOUNCER_OPTION,
+    HUBSTORE_OPTIONS,
     behind_pgbouncer,
+    call_timeout_in,
+    checked_call_timeout,
     default_url,
     ensure_sqlite_file,
     resolve_url,
     sqlite_path,
 )
 
-#: Seconds a PostgreSQL connection attempt may take, unless the URL says otherwise
-#: (``?connect_timeout=N``).
-CONNECT_TIMEOUT_S = 10
-
 __all__ = [
-    "BEGIN_MODE", "BUSY_TIMEOUT_MS", "CONNECT_TIMEOUT_S", "ENV_URL", "create_hub_engine",
-    "default_url", "ensure_sqlite_file", "resolve_url", "sqlite_path",
+    "BEGIN_MODE", "BUSY_TIMEOUT_MS", "CALL_TIMEOUT_S", "CONNECT_TIMEOUT_S", "ENV_URL",
+    "create_hub_engine", "default_url", "ensure_sqlite_file", "resolve_url", "sqlite_path",
 ]
 
 
@@ -77,17 +77,25 @@ def _ping_when_idle(engine: Engine) -> None:
 
 
 def create_hub_engine(url: URL, *, wal: bool = True, foreign_keys: bool = True,
-                      busy_timeout_ms: int = BUSY_TIMEOUT_MS, **kwargs: Any) -> Engine:
+                      busy_timeout_ms: int = BUSY_TIMEOUT_MS,
+                      call_timeout_s: float | None = CALL_TIMEOUT_S, **kwargs: Any) -> Engine:
     """An engine configured for the hub.
 
     ``wal`` and ``foreign_keys`` exist for the migration runner: it must not switch
     the journal mode before it has decided a legacy file is its own, and it rebuilds
     tables with foreign keys off so that no child row is cascade-deleted.
+
+    PostgreSQL: every connection gets hubstore's libpq settings (connect timeout,
+    keepalives, tcp_user_timeout: :mod:`hubstore.pg_connections`) where the URL and
+    ``connect_args`` do not set them, and each call to the server is bounded by
+    ``?call_timeout=`` in the URL, else ``call_timeout_s`` seconds (0 or None: no
+    bound).
     """
     if url.get_backend_name() == "postgresql":
-        connect_args = dict(kwargs.pop("connect_args", {}))
-        if "connect_timeout" not in url.query:
-            connect_args.setdefault("connect_timeout", CONNECT_TIMEOUT_S)
+        from_url = call_timeout_in(url)
+        bound = from_url if from_url is not None else checked_call_timeout(
+            call_timeout_s, "call_timeout_s")
+        connect_args = pg_connections.libpq_settings(url, kwargs.pop("connect_args", None))
         pooled = behind_pgbouncer(url)
         if pooled:  # no server-side prepared statements: each transaction may change server
             connect_args.setdefault("prepare_threshold", None)
@@ -97,13 +105,24 @@ def create_hub_engine(url: URL, *, wal: bool = True, foreign_keys: bool = True,
                                **kwargs)
         if ping_idle:
             _ping_when_idle(engine)
-        if pooled:
-            # The engine keeps ?pgbouncer=true in its URL (the store's waiters read it),
-            # but libpq does not know the option.
-            @event.listens_for(engine, "do_connect")
-            def _drop_option(_dialect: Any, _record: Any, _cargs: Any,
-                             cparams: dict[str, Any]) -> None:
-                cparams.pop(PGBOUNCER_OPTION, None)
+        # Connections made as pg_connections' class (after the do_connect listeners,
+        # an application's included, as the dialect's own connect would be).
+        engine.dialect.connect = pg_connections.new_connection  # type: ignore[assignment]
+        hosts = pg_connections.HostOrder()
+
+        # The engine keeps hubstore's options in its URL (the store's waiters read
+        # ?pgbouncer=), but libpq does not know them.
+        @event.listens_for(engine, "do_connect")
+        def _connect(_dialect: Any, _record: Any, _cargs: list[Any],
+                     cparams: dict[str, Any]) -> None:
+            for option in HUBSTORE_OPTIONS:
+                cparams.pop(option, None)
+            hosts.apply(cparams)
+
+        @event.listens_for(engine, "connect")
+        def _connected(dbapi_conn: Any, _record: Any) -> None:
+            hosts.remember(dbapi_conn)
+            pg_connections.bound_calls(dbapi_conn, bound)
 
         return engine
     # Each thread keeps its own connections (hubstore.connections), so a bounded pool

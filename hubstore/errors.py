@@ -90,9 +90,17 @@ class DatabaseBusy(HubStoreError):
 
 class DatabaseUnavailable(HubStoreError):
     """The database cannot be used: the server refused, timed out or went away, or the
-    file is read-only or its disk is full. The message says which."""
+    file is read-only or its disk is full. The message says which.
+
+    ``outcome_unknown`` is True when the connection was lost while the server was
+    committing (a COMMIT, or the one statement of a call that runs in autocommit): the
+    call's writes may be committed or not. Retry it with the same caller-chosen key
+    (``job_id=``): a retry whose first try had committed raises DuplicateKey, which says
+    the row exists. False whenever the call is known to have written nothing."""
 
     code = "DATABASE_UNAVAILABLE"
+    #: Whether the call's writes may have been committed (see the class docstring).
+    outcome_unknown: bool = False
 
 
 class _Short(reprlib.Repr):

@@ -1,7 +1,7 @@
 """How a statement runs: the one place that knows SQLAlchemy's execution layer and the
 drivers under it. Services run every statement of their unit of work through this
 module, never through ``uow.connection``, ``uow.session`` or ``uow.driver``
-(docs/architecture.md, "How a statement runs"; tests/test_architecture.py checks it):
+(docs/architecture.md, "How a statement runs"; tests/project/test_architecture.py checks it):
 
 - :class:`Prepared` on the hot paths (the store calls a hub makes for each message, job
   or agent), built once: at import, or once per shape in a cached function;

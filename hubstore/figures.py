@@ -4,7 +4,7 @@ A counter is named by what it counts; :data:`COUNTS` says, in SQL, which rows ea
 counts (the reference's way of getting the figures, and ``db check``'s way of checking
 the counters). The migrations that install trigger-kept counters (0003, 0004, 0009, 0015)
 freeze a copy of these rules in their own text, as migrations must;
-tests/test_figures.py checks that every copy agrees with this module.
+tests/store/test_figures.py checks that every copy agrees with this module.
 """
 
 from __future__ import annotations

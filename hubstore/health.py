@@ -31,9 +31,10 @@ from sqlalchemy.exc import SAWarning
 from sqlalchemy.pool import NullPool
 
 from hubstore import figures, migrations
-from hubstore.engine import sqlite_path
+from hubstore.engine import create_hub_engine, sqlite_path
 from hubstore.errors import HubStoreError
 from hubstore.models import metadata
+from hubstore.pg_connections import MAINTENANCE_CALL_TIMEOUT_S
 
 
 class MissingDatabase(FileNotFoundError):
@@ -49,11 +50,14 @@ def require_file(url: URL) -> None:
 
 @contextmanager
 def read_only(url: URL) -> Iterator[Connection]:
-    """A connection in a read-only transaction. SQLite: ``mode=ro``, nothing created."""
+    """A connection in a read-only transaction. SQLite: ``mode=ro``, nothing created.
+    PostgreSQL: with the settings of every hubstore connection (connect timeout,
+    keepalives, a bound on each call: :mod:`hubstore.pg_connections`)."""
     require_file(url)
     path = sqlite_path(url)
-    if path is None:
-        engine = create_engine(url, poolclass=NullPool)
+    if path is None:  # hubstore's connect settings; a longer call bound, as migrations
+        engine = create_hub_engine(url, poolclass=NullPool,
+                                   call_timeout_s=MAINTENANCE_CALL_TIMEOUT_S)
     else:
         uri = f"{path.absolute().as_uri()}?mode=ro"
         engine = create_engine("sqlite://", poolclass=NullPool,

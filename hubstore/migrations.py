@@ -22,9 +22,9 @@ import os
 import re
 import sqlite3
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, ParamSpec, TypeVar
 
 import alembic.command
 import alembic.context
@@ -40,6 +40,7 @@ from sqlalchemy.dialects.postgresql import JSON, JSONB
 from sqlalchemy.engine import URL, Inspector
 from sqlalchemy.pool import NullPool
 
+from hubstore.db_errors import translate
 from hubstore.engine import (
     BEGIN_MODE,
     ENV_URL,
@@ -48,9 +49,17 @@ from hubstore.engine import (
     resolve_url,
     sqlite_path,
 )
-from hubstore.errors import SchemaNotCurrent, UnknownSchema, ValidationError, describe
+from hubstore.errors import (
+    HubStoreError,
+    SchemaNotCurrent,
+    UnknownSchema,
+    ValidationError,
+    describe,
+)
 from hubstore.jsontype import JSONText
 from hubstore.models import metadata
+from hubstore.pg_connections import MAINTENANCE_CALL_TIMEOUT_S, calls_bounded_by_at_least
+from hubstore.urls import call_timeout_in
 
 HUB_TABLES = frozenset({
     "agents", "messages", "message_inbox", "human_requests", "dead_letters", "assign_jobs",
@@ -90,6 +99,30 @@ LOOKING_COMMANDS = frozenset({"check", "current", "history", "revision", "show",
 _SQL_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 log = logging.getLogger(__name__)
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+def hub_errors(function: Callable[_P, _T]) -> Callable[_P, _T]:
+    """``function`` raising a database's failures as HubStoreError, as HubStore.open
+    does (DatabaseUnavailable for a server that cannot be reached or a database that
+    does not exist), with the driver's error as ``__cause__``. Other errors (Alembic's
+    CommandError for an unknown revision, a missing SQLite file's FileNotFoundError)
+    are left as they are."""
+
+    @functools.wraps(function)
+    def translated(*args: _P.args, **kwargs: _P.kwargs) -> _T:
+        try:
+            return function(*args, **kwargs)
+        except HubStoreError:
+            raise
+        except Exception as exc:
+            error = translate(exc)
+            if error is None:
+                raise
+            raise error from exc
+
+    return translated
 
 
 def script_location() -> str:
@@ -107,12 +140,17 @@ def alembic_config(url: URL | str | None = None, *, version_table: str | None = 
 
     ``version_table`` and ``schema``: as for :func:`upgrade` (checked here).
     """
+    return _config(None if url is None else resolve_url(url), version_table, schema)
+
+
+def _config(resolved: URL | None, version_table: str | None, schema: str | None) -> Config:
+    """:func:`alembic_config` for a URL resolve_url already checked."""
     version_table, schema = checked_options(version_table, schema)
     config = Config()
     config.set_main_option("script_location", script_location())
-    if url is not None:
-        config.attributes["hubstore_url"] = resolve_url(url)
-        _require_postgresql(config.attributes["hubstore_url"], schema)
+    if resolved is not None:
+        _require_postgresql(resolved, schema)
+        config.attributes["hubstore_url"] = resolved
     if version_table is not None:
         config.attributes["hubstore_version_table"] = version_table
     if schema is not None:
@@ -160,6 +198,7 @@ def _require_postgresql(url: URL, schema: str | None) -> None:
             "hubstore a file of its own, or leave schema out)")
 
 
+@hub_errors
 def upgrade(url: URL | str | Connection | None = None, revision: str = "head", *,
             version_table: str | None = None, schema: str | None = None) -> None:
     """Migrate up to ``revision``, adopting a legacy triflux database first.
@@ -175,6 +214,10 @@ def upgrade(url: URL | str | Connection | None = None, revision: str = "head", *
     the other table in the same transaction when it was kept elsewhere.
     ``schema`` (PostgreSQL): hubstore's tables, and its version table, live in that
     schema (created when missing); the migrations run with it as their search_path.
+
+    A new SQLite file's missing folders are made only inside an existing, writable
+    folder, never at the top of the file system (DatabaseUnavailable). A server that
+    cannot be reached, or a database that does not exist, raises DatabaseUnavailable.
     """
     version_table, schema = checked_options(version_table, schema)
     if revision == "head":
@@ -185,12 +228,20 @@ def upgrade(url: URL | str | Connection | None = None, revision: str = "head", *
         _run_on_connection(alembic.command.upgrade, url, revision, version_table, schema,
                            adopt=True)
         return
-    resolved = resolve_url(url)
-    config = alembic_config(resolved, version_table=version_table, schema=schema)
+    run_upgrade(resolve_url(url), revision, version_table=version_table, schema=schema)
+
+
+@hub_errors
+def run_upgrade(resolved: URL, revision: str = "head", *, version_table: str | None = None,
+                schema: str | None = None) -> None:
+    """:func:`upgrade` of a URL :func:`hubstore.urls.resolve_url` checked, with checked
+    options, run without looking first (HubStore.open has just looked)."""
+    config = _config(resolved, version_table, schema)
     config.attributes["hubstore_adopt"] = True
     alembic.command.upgrade(config, revision)
 
 
+@hub_errors
 def downgrade(url: URL | str | Connection | None, revision: str, *,
               version_table: str | None = None, schema: str | None = None) -> None:
     """Migrate down to ``revision`` ("base" removes every hub table). A missing SQLite
@@ -205,6 +256,7 @@ def downgrade(url: URL | str | Connection | None, revision: str, *,
                               revision)
 
 
+@hub_errors
 def current(url: URL | str | Connection | None = None, *, version_table: str | None = None,
             schema: str | None = None) -> str | None:
     """The database's hubstore revision, or None when it has none. Reads only, creates
@@ -221,6 +273,7 @@ class Located(NamedTuple):
     revision: str | None
 
 
+@hub_errors
 def current_version(url: URL | str | Connection | None = None, *,
                     version_table: str | None = None, schema: str | None = None) -> Located:
     """:func:`current` with the version table that holds the revision."""
@@ -246,6 +299,7 @@ def _locate_on(conn: Connection, version_table: str | None, schema: str | None) 
             conn.rollback()
 
 
+@hub_errors
 def revision_at(resolved: URL, *, version_table: str | None = None,
                 schema: str | None = None) -> str | None:
     """:func:`current` for a URL that :func:`hubstore.urls.resolve_url` already checked."""
@@ -388,6 +442,7 @@ def _twice(holders: Sequence[str], found: VersionTables) -> str:
             "drop it (nothing was changed)")
 
 
+@hub_errors
 def require_current(url: URL | str | None = None, *, at: str | bool | None = False,
                     version_table: str | None = None, schema: str | None = None) -> None:
     """Raise SchemaNotCurrent unless the database is at head. Creates and changes nothing.
@@ -397,18 +452,22 @@ def require_current(url: URL | str | None = None, *, at: str | bool | None = Fal
     resolved = resolve_url(url)
     if at is False:
         at = current(resolved, version_table=version_table, schema=schema)
-    want = head()
-    if at == want:
-        return
     assert not isinstance(at, bool)
+    if at != head():
+        raise not_current(resolved, at)
+
+
+def not_current(resolved: URL, at: str | None) -> SchemaNotCurrent:
+    """The error for the database at ``resolved`` at revision ``at``, not at head."""
+    want = head()
     shown = resolved.render_as_string(hide_password=True)
     if at is not None and not is_known(at):
-        raise SchemaNotCurrent(
+        return SchemaNotCurrent(
             f"the database {shown} is at revision {at}, which this hubstore (head {want}) "
             "does not know: a newer hubstore migrated it. Use that version of hubstore.")
     state = ("has no hubstore revision (a new database, or a triflux one not adopted yet)"
              if at is None else f"is at revision {at}")
-    raise SchemaNotCurrent(
+    return SchemaNotCurrent(
         f"the database {shown} {state}, not {want} (head). Migrate it with "
         f"`hubstore db upgrade --url '{shown}'`, or open it with "
         "HubStore.open(url, auto_migrate=True).")
@@ -429,7 +488,8 @@ def _inspecting_engine(url: URL) -> Engine:
     """
     path = sqlite_path(url)
     if path is None:
-        return create_hub_engine(url, poolclass=NullPool)
+        return create_hub_engine(url, poolclass=NullPool,
+                                 call_timeout_s=MAINTENANCE_CALL_TIMEOUT_S)
     uri = f"{path.absolute().as_uri()}?mode=rw"
     return create_engine("sqlite://", poolclass=NullPool,
                          creator=lambda: sqlite3.connect(uri, uri=True))
@@ -440,8 +500,8 @@ def env_url(context: EnvironmentContext) -> URL:
     else alembic.ini's sqlalchemy.url, else the embedded default."""
     config = context.config
     given = config.attributes.get("hubstore_url")
-    if given is not None:
-        return resolve_url(given)
+    if isinstance(given, URL):
+        return given  # (resolved by alembic_config)
     candidates = (context.get_x_argument(as_dictionary=True).get("url"),
                   os.environ.get(ENV_URL), config.get_main_option("sqlalchemy.url"))
     return resolve_url(next((c for c in candidates if c), None))
@@ -470,7 +530,8 @@ def locked_connection(url: URL, *, create: bool = True) -> Iterator[Connection]:
     else:
         _require_sqlite_file(url)
     engine = create_hub_engine(url, wal=False, foreign_keys=False, poolclass=NullPool,
-                               busy_timeout_ms=MIGRATION_BUSY_TIMEOUT_MS)
+                               busy_timeout_ms=MIGRATION_BUSY_TIMEOUT_MS,
+                               call_timeout_s=MAINTENANCE_CALL_TIMEOUT_S)
     sqlite = url.get_backend_name() == "sqlite"
     try:
         with engine.connect() as conn:
@@ -817,11 +878,21 @@ def _run_on_connection(command: Callable[[Config, str], Any], conn: Connection,
     config.attributes["hubstore_adopt"] = adopt
     outer = [getattr(module, "_proxy", None) for module in (alembic.context, alembic.op)]
     try:
-        command(config, revision)
+        with _maintenance_bound(conn):
+            command(config, revision)
     finally:
         for proxy in outer:
             if proxy is not None:
                 proxy._install_proxy()
+
+
+def _maintenance_bound(conn: Connection) -> AbstractContextManager[None]:
+    """A store's connection (HubStore.open with auto_migrate) migrates with calls bounded
+    by at least MAINTENANCE_CALL_TIMEOUT_S, unless its URL sets ``?call_timeout=``."""
+    if conn.dialect.name != "postgresql" or call_timeout_in(conn.engine.url) is not None:
+        return nullcontext()
+    return calls_bounded_by_at_least(conn.connection.driver_connection,
+                                     MAINTENANCE_CALL_TIMEOUT_S)
 
 
 def _dangling_rows(conn: Connection) -> set[tuple[Any, ...]]:

@@ -126,6 +126,11 @@ class Agent(Base):
         return d
 
 
+#: The instance attribute behind the models' ``deduplicated`` (set by the calls that
+#: return a row already written instead of writing a second one).
+DEDUPLICATED = "_hubstore_deduplicated"
+
+
 class Message(Base):
     __tablename__ = "messages"
     __table_args__ = (
@@ -156,6 +161,12 @@ class Message(Base):
     payload: Mapped[Any] = mapped_column(
         "payload_json", JSONText("{}"), server_default=text("'{}'"))
     status: Mapped[str] = mapped_column(Text)
+
+    @property
+    def deduplicated(self) -> bool:
+        """True when the audit_log call that returned this message was given an ``id``
+        already recorded (a retry) and wrote nothing; False otherwise."""
+        return bool(self.__dict__.get(DEDUPLICATED, False))
 
 
 # A descending index must be written with .desc() on the column, or Alembic's
@@ -204,6 +215,12 @@ class HumanRequest(Base):
     correlation_id: Mapped[str] = mapped_column(Text)
     trace_id: Mapped[str] = mapped_column(Text)
     response: Mapped[Any] = mapped_column("response_json", JSONText(), nullable=True)
+
+    @property
+    def deduplicated(self) -> bool:
+        """True when the insert_human_request call that returned this request was given
+        a ``request_id`` already recorded (a retry) and wrote nothing; False otherwise."""
+        return bool(self.__dict__.get(DEDUPLICATED, False))
 
 
 class DeadLetter(Base):
@@ -270,10 +287,6 @@ class AssignJob(Base):
         under its ``unique_key`` and wrote no new one; False for a job it wrote (and for
         every job read otherwise)."""
         return bool(self.__dict__.get(DEDUPLICATED, False))
-
-
-#: The instance attribute behind AssignJob.deduplicated (set by the assign calls).
-DEDUPLICATED = "_hubstore_deduplicated"
 #: The statuses a unique key holds in (revision 0014's partial unique index).
 LIVE_WHERE = "unique_key IS NOT NULL AND status IN ('queued', 'running')"
 Index("ux_assign_jobs_unique_key", AssignJob.unique_key, unique=True,

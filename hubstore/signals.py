@@ -27,10 +27,12 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from sqlalchemy.engine import URL, make_url
 
-from hubstore.urls import behind_pgbouncer, sqlite_path, without_pgbouncer_option
+from hubstore import pg_connections
+from hubstore.urls import HUBSTORE_OPTIONS, behind_pgbouncer, call_timeout_in, sqlite_path
 
 log = logging.getLogger(__name__)
 
@@ -225,11 +227,19 @@ class ChangeWatcher:
 
     # --- PostgreSQL ----------------------------------------------------------------
 
-    def _conninfo(self) -> str:
+    def _connect_params(self) -> tuple[dict[str, Any], float]:
+        """psycopg.connect's arguments for the LISTEN connection (its URL read as
+        SQLAlchemy reads it, multi-host URLs included, with the settings of every
+        hubstore connection), and the bound of its calls."""
         target = self.listen_url
-        url = make_url(target) if isinstance(target, str | URL) else self.url
-        url = without_pgbouncer_option(url)
-        return url.set(drivername="postgresql").render_as_string(hide_password=False)
+        url = (make_url(target) if isinstance(target, str | URL) else self.url).set(
+            drivername="postgresql+psycopg")
+        _, params = url.get_dialect()().create_connect_args(url)
+        for option in HUBSTORE_OPTIONS:
+            params.pop(option, None)
+        bound = call_timeout_in(url)
+        return (pg_connections.libpq_settings(url, params),
+                pg_connections.CALL_TIMEOUT_S if bound is None else bound)
 
     def _run_postgresql(self) -> None:
         import psycopg
@@ -239,8 +249,8 @@ class ChangeWatcher:
             if self._idle():
                 return
             try:
-                with psycopg.connect(self._conninfo(), autocommit=True,
-                                     connect_timeout=5) as conn:
+                params, bound = self._connect_params()
+                with pg_connections.connect({**params, "autocommit": True}, bound) as conn:
                     conn.execute(f"LISTEN {ASSIGNS}")
                     conn.execute(f"LISTEN {MESSAGES}")
                     backoff = 0.1

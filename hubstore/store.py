@@ -17,18 +17,17 @@ from hubstore.connections import ConnectionSource
 from hubstore.database import AssignListener, Database, Features, OpenUnitOfWork
 from hubstore.db_errors import translate
 from hubstore.dialects import SqlDialect
-from hubstore.engine import BUSY_TIMEOUT_MS, create_hub_engine
+from hubstore.engine import BUSY_TIMEOUT_MS, CALL_TIMEOUT_S, create_hub_engine
 from hubstore.errors import (
     DatabaseUnavailable,
     HubStoreError,
-    SchemaNotCurrent,
     ValidationError,
     describe,
 )
 from hubstore.operations import HubOperations
 from hubstore.services.waiting import WaitingOps
 from hubstore.uow import JoinedUnitOfWork, UnitOfWork
-from hubstore.urls import resolve_url, sqlite_path
+from hubstore.urls import checked_call_timeout, resolve_url, sqlite_path
 from hubstore.validation import require_callable, require_int
 
 
@@ -88,7 +87,8 @@ class HubStore(WaitingOps, HubOperations):
     @classmethod
     def open(cls, url: str | URL | None = None, *, auto_migrate: bool = False,
              busy_timeout_ms: int = BUSY_TIMEOUT_MS, version_table: str | None = None,
-             schema: str | None = None, **engine_options: Any) -> HubStore:
+             schema: str | None = None, call_timeout_s: float | None = CALL_TIMEOUT_S,
+             **engine_options: Any) -> HubStore:
         """Open the store at ``url`` (else $HUBSTORE_URL, else the embedded default).
 
         With ``auto_migrate`` the database is migrated to head first (adopting a legacy
@@ -102,11 +102,21 @@ class HubStore(WaitingOps, HubOperations):
         hubstore's tables are in this schema of their own (the connections' search
         path).
 
+        ``call_timeout_s`` (PostgreSQL): the longest one call may wait on the server
+        before its connection is closed and the call raises DatabaseUnavailable (a
+        frozen server, a network that drops packets); 0 or None: no bound. The URL's
+        ``?call_timeout=`` wins. Connections also get hubstore's connect timeout and
+        TCP keepalives (:mod:`hubstore.pg_connections`, docs/failover.md).
+
+        The URL is resolved once; on PostgreSQL one engine serves the revision check,
+        the migrations (``auto_migrate``) and the store.
+
         Every failure is a HubStoreError: ValidationError for a bad URL or argument
         (engine options included), DatabaseUnavailable for a file or server that
         cannot be used, SchemaNotCurrent, UnknownSchema.
         """
         require_int(busy_timeout_ms, "busy_timeout_ms", minimum=0, maximum=2**31 - 1)
+        bound = checked_call_timeout(call_timeout_s, "call_timeout_s")
         from hubstore import migrations
 
         versions = migrations.checked_options(version_table, schema)
@@ -114,8 +124,8 @@ class HubStore(WaitingOps, HubOperations):
             resolved = resolve_url(url)
             if schema is not None:
                 engine_options = _in_schema(resolved, schema, engine_options)
-            return cls._open(resolved, auto_migrate, busy_timeout_ms, engine_options,
-                             *versions)
+            return cls._open(resolved, auto_migrate, busy_timeout_ms,
+                             {"call_timeout_s": bound, **engine_options}, *versions)
         except HubStoreError:
             raise
         except Exception as exc:
@@ -125,33 +135,34 @@ class HubStore(WaitingOps, HubOperations):
     def _open(cls, url: URL, auto_migrate: bool, busy_timeout_ms: int,
               engine_options: dict[str, Any], version_table: str | None = None,
               schema: str | None = None) -> HubStore:
-        """The URL resolved once; one engine when the database is at head."""
+        """The URL resolved once. PostgreSQL: one engine, whose first connection reads
+        the revision and runs the migrations (on it, under their own call bound).
+        SQLite: the revision is read from the file without an engine (nothing created),
+        and a migration runs on an engine of its own (the file's journal mode untouched
+        until a legacy file is adopted, foreign keys off, a longer busy timeout); then the
+        store's engine."""
         from hubstore import migrations
 
-        path = sqlite_path(url)
-        engine: Engine | None = None
-        if path is not None:
+        if sqlite_path(url) is not None:
             at = migrations.revision_at(url, version_table=version_table)
-        else:
-            engine = create_hub_engine(url, busy_timeout_ms=busy_timeout_ms, **engine_options)
-            try:
-                with engine.connect() as conn:
-                    at = migrations.read_revision(conn, version_table)
-            except BaseException:
-                engine.dispose()
-                raise
-        if at != migrations.head():
-            try:
+            if at != migrations.head():
                 if not auto_migrate:
-                    migrations.require_current(url, at=at, version_table=version_table,
-                                               schema=schema)
-                migrations.upgrade(url, version_table=version_table, schema=schema)
-            except SchemaNotCurrent:
-                if engine is not None:
-                    engine.dispose()
-                raise
-        if engine is None:
-            engine = create_hub_engine(url, busy_timeout_ms=busy_timeout_ms, **engine_options)
+                    raise migrations.not_current(url, at)
+                migrations.run_upgrade(url, version_table=version_table)
+            return cls(create_hub_engine(url, busy_timeout_ms=busy_timeout_ms,
+                                         **engine_options), busy_timeout_ms=busy_timeout_ms)
+        engine = create_hub_engine(url, busy_timeout_ms=busy_timeout_ms, **engine_options)
+        try:
+            with engine.connect() as conn:
+                at = migrations.current_version(conn, version_table=version_table,
+                                                schema=schema).revision
+                if at != migrations.head():
+                    if not auto_migrate:
+                        raise migrations.not_current(url, at)
+                    migrations.upgrade(conn, version_table=version_table, schema=schema)
+        except BaseException:
+            engine.dispose()
+            raise
         return cls(engine, busy_timeout_ms=busy_timeout_ms)
 
     def unit_of_work(self, write: bool = True, *, join: Session | Connection | None = None

@@ -39,9 +39,14 @@ from sqlalchemy.engine import RootTransaction
 from sqlalchemy.orm import Session
 
 from hubstore import execution, sqlite
-from hubstore.db_errors import failed_statement, translate
+from hubstore.db_errors import failed_statement, lost_connection, translate
 from hubstore.dialects import SqlDialect
-from hubstore.errors import HubStoreError, ReadOnlyUnitOfWork, ValidationError
+from hubstore.errors import (
+    DatabaseUnavailable,
+    HubStoreError,
+    ReadOnlyUnitOfWork,
+    ValidationError,
+)
 from hubstore.urls import same_database
 
 if TYPE_CHECKING:
@@ -131,7 +136,7 @@ class Transaction:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         session, self._session = self._session, None
-        committed = False
+        committed = committing = False
         failure: BaseException | None = None
         try:
             if exc_type is None:
@@ -139,6 +144,7 @@ class Transaction:
                 if session is not None:
                     session.flush()
                     _reload_expired(session)
+                committing = True
                 if self._transaction is not None:
                     self._transaction.commit()
                 elif self._raw.in_transaction:
@@ -152,24 +158,34 @@ class Transaction:
             if session is not None:
                 session.expunge_all()  # rows handed out stay readable (detached)
                 session.close()
+            # A rollback that fails is not the first failure when the block raised
+            # (the block's exception is): only after a clean block is it reported.
             broken = False
             if not committed and self._transaction is None and self._raw is not None:
                 try:
                     if self._raw.in_transaction:
                         self._raw.rollback()
                 except Exception as error:
-                    failure, broken = failure or error, True
+                    broken = True
+                    if exc is None:
+                        failure = failure or error
             elif not committed and self._transaction is not None:
                 try:  # also ends a transaction whose COMMIT failed
                     if self._conn.get_transaction() is self._transaction:
                         self._transaction.rollback()  # (a failed flush rolled it back)
-                    self.db.sql.end_failed_commit(self.driver)
+                    if not self._conn.invalidated:  # (a lost one: nothing to end, and
+                        # asking for its driver connection would connect again)
+                        self.db.sql.end_failed_commit(self.driver)
                 except Exception as error:
-                    failure, broken = failure or error, True
+                    broken = True
+                    if exc is None:
+                        failure = failure or error
             self.db.connections.release(self._conn, self.write, broken=broken)
             self._unlock()
         if failure is not None:
             translated = self._translated(failure)
+            if committing:
+                _mark_outcome(translated, failure)
             if translated is failure:
                 raise failure
             raise translated from failure
@@ -177,6 +193,8 @@ class Transaction:
             self._publish()
         elif exc is not None:
             translated = self._translated(exc)
+            if self._autocommit and self.write:  # the statement was its own COMMIT
+                _mark_outcome(translated, exc)
             if translated is not exc:
                 raise translated from exc
 
@@ -490,6 +508,13 @@ class JoinedTransaction(Transaction):
         event.listen(target, rollback, rolled_back, once=True)
 
 
+def _mark_outcome(error: BaseException, cause: BaseException) -> None:
+    """A connection lost while the server was committing: the call may have written
+    (DatabaseUnavailable.outcome_unknown)."""
+    if isinstance(error, DatabaseUnavailable) and lost_connection(cause):
+        error.outcome_unknown = True
+
+
 def _reload_expired(session: Session) -> None:
     """Load again, in the committing transaction, the objects that the store's writes
     expired: once detached, an expired instance could not be read at all."""
@@ -570,10 +595,12 @@ class Frame(Generic[T]):
             except BaseException as error:
                 failure = error
         uow._exit_frame(self.write, exc_type is not None)
-        if failure is not None:
+        if failure is not None and exc is None:
             raise uow._translated(failure) from failure
         if exc is not None:
-            if self._savepoint is None and failed_statement(exc):
+            if failure is not None:  # the savepoint could not be rolled back (a lost
+                uow._fail(failure)  # connection): the block's failure is the first one
+            elif self._savepoint is None and failed_statement(exc):
                 uow._fail(exc)
             translated = uow._translated(exc)
             if translated is not exc:
@@ -581,10 +608,13 @@ class Frame(Generic[T]):
 
     def _exit_guarded(self, exc: BaseException | None) -> None:
         """Leave a read-only block inside a writing one: writes allowed again (a write it
-        refused failed only inside it), its refusal raised as ReadOnlyUnitOfWork."""
+        refused failed only inside it), its refusal raised as ReadOnlyUnitOfWork. After a
+        lost connection there is nothing to allow again (and asking for its driver
+        connection would connect again): the error that lost it goes on."""
         uow = self.uow
         try:
-            uow._refuse_writes(False)
+            if exc is None or not uow._conn.invalidated:
+                uow._refuse_writes(False)
         except BaseException as error:
             raise self._abandoned(error) from error
         uow._frames.pop()

@@ -22,7 +22,9 @@ def default_url() -> str:
 
 #: The URL forms hubstore opens, for error messages.
 SUPPORTED_FORMS = ("sqlite:///PATH (a file; also sqlite+pysqlite:///PATH) and "
-                   "postgresql://USER@HOST:PORT/DB (also postgresql+psycopg://..., psycopg 3)")
+                   "postgresql://USER@HOST:PORT/DB (also postgresql+psycopg://..., psycopg 3; "
+                   "several servers: postgresql://USER@/DB?host=H1:P1&host=H2:P2"
+                   "&target_session_attrs=read-write)")
 _DRIVERS = {"sqlite": ("pysqlite",), "postgresql": ("psycopg",)}
 
 
@@ -57,7 +59,8 @@ def resolve_url(url: str | URL | None = None) -> URL:
     if backend == "postgresql":
         if parsed.port is not None and not 1 <= parsed.port <= 65535:
             raise ValidationError(f"the port {parsed.port} is not between 1 and 65535")
-        behind_pgbouncer(parsed)  # a bad value refused up front
+        behind_pgbouncer(parsed)  # bad values refused up front
+        call_timeout_in(parsed)
         try:
             import psycopg  # noqa: F401  (the engine imports it next anyway)
         except ImportError as exc:
@@ -105,9 +108,49 @@ def behind_pgbouncer(url: URL) -> bool:
     return text in _YES
 
 
-def without_pgbouncer_option(url: URL) -> URL:
-    """``url`` without ``?pgbouncer=...`` (libpq does not know it)."""
-    return url.difference_update_query([PGBOUNCER_OPTION])
+def without_hubstore_options(url: URL) -> URL:
+    """``url`` without hubstore's own query options (``?pgbouncer=...``,
+    ``?call_timeout=...``): libpq does not know them."""
+    return url.difference_update_query(HUBSTORE_OPTIONS)
+
+
+#: The URL query option that bounds each call to a PostgreSQL server, in seconds
+#: (``?call_timeout=10``; 0: no bound): see :mod:`hubstore.pg_connections`.
+CALL_TIMEOUT_OPTION = "call_timeout"
+#: The shortest bound a call may have (the change watcher's wait is 0.5 s).
+MIN_CALL_TIMEOUT_S = 1.0
+#: The URL query options that are hubstore's, not libpq's.
+HUBSTORE_OPTIONS = (PGBOUNCER_OPTION, CALL_TIMEOUT_OPTION)
+
+
+def call_timeout_in(url: URL) -> float | None:
+    """The seconds ``?call_timeout=`` gives (0.0: no bound), or None when the URL does
+    not say (ValidationError for a value that is not 0 or a number of seconds >= 1)."""
+    value = url.query.get(CALL_TIMEOUT_OPTION)
+    if value is None:
+        return None
+    text = (value[-1] if isinstance(value, tuple) else value).strip()
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    return checked_call_timeout(seconds, f"{CALL_TIMEOUT_OPTION}=", shown=text)
+
+
+def checked_call_timeout(value: object, what: str, *, shown: object = None) -> float:
+    """A call bound in seconds, checked: 0 (or None: no bound), else a number of at
+    least MIN_CALL_TIMEOUT_S, finite. ValidationError otherwise (naming ``what``)."""
+    if value is None:
+        return 0.0
+    seconds = (float(value) if isinstance(value, int | float) and not isinstance(value, bool)
+               and abs(value) < 2**63 else float("nan"))
+    if seconds == 0:
+        return 0.0
+    if not MIN_CALL_TIMEOUT_S <= seconds < float("inf"):
+        raise ValidationError(
+            f"{what} takes a number of seconds of at least {MIN_CALL_TIMEOUT_S:g} (or 0 for "
+            f"no bound), not {describe(value if shown is None else shown)}")
+    return seconds
 
 
 def _hide_password(raw: object) -> str:
@@ -130,11 +173,32 @@ def sqlite_path(url: URL) -> Path | None:
     return Path(database).expanduser()
 
 
+def folder_refusal(path: Path) -> str | None:
+    """Why the missing folders of a new SQLite file at ``path`` will not be made (None:
+    they may be, or none is missing): hubstore creates folders only inside an existing,
+    writable one, and never at the top of the file system (``/typo/x.db``)."""
+    if path.parent.exists():
+        return None
+    ancestor = next(p for p in path.absolute().parents if p.exists())
+    if ancestor == Path(ancestor.anchor):
+        return (f"{path.parent} does not exist, and hubstore creates folders only inside an "
+                f"existing one, not at the top of {ancestor} (check the path, or create the "
+                "folder first)")
+    if not ancestor.is_dir() or not os.access(ancestor, os.W_OK | os.X_OK):
+        return (f"{path.parent} does not exist and {ancestor} is not a writable folder to "
+                "create it in (check the path)")
+    return None
+
+
 def ensure_sqlite_file(url: URL) -> None:
-    """Create a missing SQLite file with mode 0600, and its folders with mode 0700."""
+    """Create a missing SQLite file with mode 0600, and its folders with mode 0700
+    (DatabaseUnavailable where :func:`folder_refusal` says no)."""
     path = sqlite_path(url)
     if path is None or path.exists():
         return
+    refusal = folder_refusal(path)
+    if refusal is not None:
+        raise DatabaseUnavailable(f"the SQLite file cannot be created: {refusal}")
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     try:
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)

@@ -11,7 +11,7 @@ per dialect (so the models do not describe it; see hubstore.migrations.MIGRATION
   still be stored).
 
 The queries in hubstore/services/reflexion.py repeat these expressions exactly, so the
-planners use the index (tests/test_reflexion_list.py checks the plans).
+planners use the index (tests/store/test_reflexion_list.py checks the plans).
 
 Revision ID: 0005
 Revises: 0004

@@ -151,10 +151,17 @@ class Peer:
         raise NotImplementedError
 
 
+#: The limited lanes' bound: at most this many jobs running at once, in all workers
+#: together (hubstore's assign limit; pgqueuer's entrypoint concurrency_limit).
+LIMIT = 2
+
+
 class Hubstore(Peer):
     """hubstore's assign jobs: assign_async, claim_next_assign, report_assign_result."""
 
     name = distribution = "hubstore"
+    #: The assign limit every job counts against (None: the jobs are unlimited).
+    limit: int | None = None
 
     def calls(self) -> dict[str, str | None]:
         def has(call: str) -> bool:
@@ -171,8 +178,12 @@ class Hubstore(Peer):
         }
 
     def install(self, dsn: str) -> None:
-        with HubStore.open(sa_url(dsn), auto_migrate=True):
-            pass
+        with HubStore.open(sa_url(dsn), auto_migrate=True) as store:
+            if self.limit is not None:
+                store.set_assign_limit(ENTRYPOINT, max_running=self.limit)
+
+    def _fields(self) -> dict[str, Any]:
+        return {} if self.limit is None else {"limit_key": ENTRYPOINT}
 
     @staticmethod
     def _setting(store: HubStore) -> str:
@@ -186,12 +197,14 @@ class Hubstore(Peer):
             clock.start()
             if batch == 1:
                 for k in range(jobs):
-                    ids.append(store.assign_async(SUPERVISOR, WORKER, task=f"job{k}").job_id)
+                    ids.append(store.assign_async(SUPERVISOR, WORKER, task=f"job{k}",
+                                                  **self._fields()).job_id)
             else:
                 assign_many = store.assign_many  # type: ignore[attr-defined, unused-ignore]
                 for first in range(0, jobs, batch):
                     made = assign_many(SUPERVISOR, WORKER, [
-                        {"task": f"job{k}"} for k in range(first, min(jobs, first + batch))])
+                        {"task": f"job{k}", **self._fields()}
+                        for k in range(first, min(jobs, first + batch))])
                     ids.extend(job.job_id for job in made)
             clock.stop()
         return Done(ids, setting)
@@ -202,14 +215,13 @@ class Hubstore(Peer):
             setting = self._setting(store)
             clock.start()
             if batch == 1:
-                while (job := store.claim_next_assign(WORKER)) is not None:
+                while (job := self._claim_one(store)) is not None:
                     store.report_assign_result(job.job_id, "succeeded", worker_agent=WORKER,
                                                attempt=job.attempt)
                     ids.append(job.job_id)
             else:
-                claim = store.claim_next_assigns  # type: ignore[attr-defined, unused-ignore]
                 report_all = getattr(store, "report_assign_results", None)
-                while claimed := claim(WORKER, batch):
+                while claimed := self._claim_many(store, batch):
                     if report_all is not None:
                         report_all([{"job_id": job.job_id, "status": "succeeded",
                                      "attempt": job.attempt} for job in claimed],
@@ -221,6 +233,26 @@ class Hubstore(Peer):
                     ids.extend(job.job_id for job in claimed)
             clock.stop()
         return Done(ids, setting)
+
+    def _claim_one(self, store: HubStore) -> Any:
+        """The next job; under a limit, a claim that finds none waits for room until
+        no job is left queued (an unlimited claim that finds none: the queue is empty)."""
+        while (job := store.claim_next_assign(WORKER)) is None and self._left(store):
+            if (job := store.wait_for_assign(WORKER, timeout_s=1)) is not None:
+                break
+        return job
+
+    def _claim_many(self, store: HubStore, batch: int) -> list[Any]:
+        """As _claim_one, ``batch`` at a time."""
+        claim = store.claim_next_assigns  # type: ignore[attr-defined, unused-ignore]
+        while not (jobs := claim(WORKER, batch)) and self._left(store):
+            if jobs := store.wait_for_assigns(WORKER, batch, timeout_s=1):
+                break
+        return list(jobs)
+
+    def _left(self, store: HubStore) -> bool:
+        """Whether a limited lane's claim that found nothing should wait for room."""
+        return self.limit is not None and bool(store.get_hub_stats()["active_assign_jobs"])
 
     def check(self, conn: Any, enqueued: Collection[str], claimed: bool) -> Checks:
         jobs, want = len(enqueued), set(enqueued)
@@ -242,6 +274,17 @@ class Hubstore(Peer):
         return checks
 
 
+class HubstoreLimited(Hubstore):
+    """hubstore's assign jobs, every one under an assign limit of LIMIT running at once."""
+
+    name = "hubstore-limited"
+    limit = LIMIT
+
+    def calls(self) -> dict[str, str | None]:
+        return {lane: None if call is None else f"{call}, limit_key (max_running={LIMIT})"
+                for lane, call in super().calls().items()}
+
+
 class PgQueuer(Peer):
     """pgqueuer on asyncpg, as its README sets it up: Queries.enqueue, QueueManager.run in
     drain mode (its dequeue batch size is the claim batch); completions go through its
@@ -252,6 +295,8 @@ class PgQueuer(Peer):
     worker at the end of the drain, measured here)."""
 
     name = distribution = "pgqueuer"
+    #: Its entrypoint's concurrency_limit (0: unlimited).
+    limit = 0
 
     def missing(self) -> str | None:
         if util.find_spec("asyncpg") is None and util.find_spec("pgqueuer") is not None:
@@ -324,7 +369,7 @@ class PgQueuer(Peer):
 
                 # its @qm.entrypoint decorator, called (an untyped decorator to mypy when
                 # pgqueuer is not installed)
-                qm.entrypoint(ENTRYPOINT)(noop)
+                qm.entrypoint(ENTRYPOINT, concurrency_limit=self.limit)(noop)
                 await asyncio.to_thread(clock.start)
                 await qm.run(batch_size=batch, mode=QueueExecutionMode.drain)
                 clock.stop()
@@ -352,6 +397,18 @@ class PgQueuer(Peer):
                 conn, "SELECT id FROM pgqueuer")}, want)
             checks.expect("log_has_only_the_queued", log, [("queued", jobs, jobs)])
         return checks
+
+
+class PgQueuerLimited(PgQueuer):
+    """pgqueuer, its entrypoint's concurrency_limit LIMIT (enforced in the database,
+    across its workers, as hubstore's assign limit is)."""
+
+    name = "pgqueuer-limited"
+    limit = LIMIT
+
+    def calls(self) -> dict[str, str | None]:
+        return {lane: None if call is None else f"{call}, concurrency_limit={LIMIT}"
+                for lane, call in super().calls().items()}
 
 
 class Procrastinate(Peer):
@@ -452,7 +509,8 @@ class Procrastinate(Peer):
         return checks
 
 
-PEERS: dict[str, Peer] = {peer.name: peer for peer in (Hubstore(), PgQueuer(), Procrastinate())}
+PEERS: dict[str, Peer] = {peer.name: peer for peer in (
+    Hubstore(), PgQueuer(), Procrastinate(), HubstoreLimited(), PgQueuerLimited())}
 
 
 def quiet_logging() -> None:

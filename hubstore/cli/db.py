@@ -31,6 +31,7 @@ from hubstore.cli.common import (
 from hubstore.engine import sqlite_path
 from hubstore.maintenance import run_maintenance, sweep_once
 from hubstore.store import HubStore
+from hubstore.urls import folder_refusal
 
 #: The reference's schema version for each revision that adopts one.
 ADOPTED_SCHEMA = {rev: version for version, rev in migrations.LEGACY_REVISIONS.items()}
@@ -97,20 +98,15 @@ def _legacy_layout(url: URL) -> str | None:
 
 
 def _make_folders(url: URL) -> None:
-    """Create a new SQLite file's missing folders, under an existing, writable one only."""
+    """Create a new SQLite file's missing folders, under an existing, writable one only
+    (:func:`hubstore.urls.folder_refusal`, the rule migrations.upgrade follows too)."""
     path = sqlite_path(url)
     if path is None or path.parent.exists():
         return
+    refusal = folder_refusal(path)
+    if refusal is not None:
+        raise click.ClickException(f"upgrade of {shown(url)} failed: {refusal}")
     ancestor = next(p for p in path.absolute().parents if p.exists())
-    if ancestor == Path(ancestor.anchor):  # /typo/x.db: a top-level folder is no new hub's
-        raise click.ClickException(
-            f"upgrade of {shown(url)} failed: {path.parent} does not exist, and hubstore "
-            f"creates folders only inside an existing one, not at the top of {ancestor} "
-            "(check the path, or create the folder first)")
-    if not ancestor.is_dir() or not os.access(ancestor, os.W_OK | os.X_OK):
-        raise click.ClickException(
-            f"upgrade of {shown(url)} failed: {path.parent} does not exist and {ancestor} "
-            "is not a writable folder to create it in (check the path)")
     path.parent.mkdir(mode=0o700, parents=True)
     click.echo(f"created the folder {path.parent} (in {ancestor})", err=True)
 

@@ -10,7 +10,7 @@ from hubstore.errors import ValidationError
 from hubstore.execution import add, execute, from_row, get, load
 from hubstore.ids import now_ms, uuidv7
 from hubstore.models import HUMAN_DEFAULT_ACTIONS, HUMAN_KINDS, HUMAN_STATES, HumanRequest, table_of
-from hubstore.services.base import const, resolve_now, update_row
+from hubstore.services.base import const, insert_once, resolve_now, update_row
 from hubstore.transaction import Scope
 from hubstore.types import HumanDefaultAction, HumanKind, HumanState
 from hubstore.validation import (
@@ -25,13 +25,23 @@ from hubstore.validation import (
 
 _requests = table_of(HumanRequest)
 
+#: What a retried insert_human_request(request_id=...) must repeat to count as the same.
+SAME_REQUEST = ("requester_agent", "kind", "prompt", "schema_json")
+
 
 def insert_human_request(scope: Scope, requester_agent: str, kind: HumanKind, prompt: str,
                          requested_schema: Any = None, deadline_ms: int = 300_000,
                          default_action: HumanDefaultAction = "decline",
                          correlation_id: str | None = None,
-                         trace_id: str | None = None) -> HumanRequest:
-    """A pending request; ``deadline_ms`` is a duration, stored as now + duration."""
+                         trace_id: str | None = None, *, request_id: str | None = None
+                         ) -> HumanRequest:
+    """A pending request; ``deadline_ms`` is a duration, stored as now + duration.
+
+    ``request_id`` (hubstore's own): the request's id, chosen by the caller so that a
+    call retried after an unknown outcome records it once. When a request with that id
+    is recorded already, with the same requester, kind, prompt and schema, nothing is
+    written and that request is returned, its ``deduplicated`` True; a different one
+    raises DuplicateKey."""
     require_id(requester_agent, "requester_agent")
     require_enum(kind, HUMAN_KINDS, "kind")
     require_text(prompt, "prompt")
@@ -40,6 +50,16 @@ def insert_human_request(scope: Scope, requester_agent: str, kind: HumanKind, pr
     require_enum(default_action, HUMAN_DEFAULT_ACTIONS, "default_action")
     optional_id(correlation_id, "correlation_id")
     optional_id(trace_id, "trace_id")
+    optional_id(request_id, "request_id")
+    if request_id is not None:
+        with scope.unit_of_work() as uow:
+            return insert_once(uow, HumanRequest, {
+                "request_id": request_id, "requester_agent": requester_agent,
+                "kind": kind, "prompt": prompt, "schema_json": schema, "state": "pending",
+                "deadline_ms": now_ms() + duration, "default_action": default_action,
+                "correlation_id": correlation_id or uuidv7(),
+                "trace_id": trace_id or uuidv7(), "response_json": None,
+            }, SAME_REQUEST, "request_id")
     with scope.unit_of_work() as uow:
         request = HumanRequest(
             request_id=uuidv7(), requester_agent=requester_agent, kind=kind, prompt=prompt,
@@ -109,3 +129,4 @@ def expire_human_requests(scope: Scope, now_ms: int | None = None) -> int:
                                     _requests.c.deadline_ms < now)
             .values(state="timed_out"))
         return int(result.rowcount)
+

@@ -21,7 +21,7 @@ from hubstore.models import (
     table_of,
 )
 from hubstore.services.agents import get_agents_by_topic
-from hubstore.services.base import update_row
+from hubstore.services.base import insert_once, update_row
 from hubstore.transaction import Scope, Transaction
 from hubstore.types import MessageStatus, MessageType
 from hubstore.validation import (
@@ -42,6 +42,8 @@ DEFAULT_POLL = 20
 
 _messages = table_of(Message)
 INSERT = Prepared(insert(_messages).values({c.name: bindparam(c.name) for c in _messages.c}))
+#: What a retried audit_log(id=...) must repeat for its message to count as the same.
+SAME_MESSAGE = ("type", "from_agent", "to_agent", "topic", "payload_json")
 
 _newest_first = (Message.created_at_ms.desc(), Message.id.desc())
 # Literal, so that the partial index ix_messages_topic_feed can serve it.
@@ -135,17 +137,23 @@ def clamp_poll_limit(value: object) -> int:
 def audit_log(scope: Scope, type: MessageType, from_agent: str, to_agent: str, topic: str,
               priority: int = 5, ttl_ms: int = 300_000, payload: Any = None,
               trace_id: str | None = None, correlation_id: str | None = None,
-              status: MessageStatus = "queued") -> Message:
-    """Record a message; ids default to fresh UUIDv7s and the payload to {}."""
+              status: MessageStatus = "queued", *, id: str | None = None) -> Message:
+    """Record a message; ids default to fresh UUIDv7s and the payload to {}.
+
+    ``id`` (hubstore's own): the message's id, chosen by the caller so that a call
+    retried after an unknown outcome (``DatabaseUnavailable.outcome_unknown``) records
+    it once. When a message with that id is recorded already, with the same type,
+    sender, recipient, topic and payload, nothing is written and that message is
+    returned, its ``deduplicated`` True; a different one raises DuplicateKey."""
     return record_message(scope, type, from_agent, to_agent, topic, priority, ttl_ms,
-                                payload, trace_id, correlation_id, status,
-                                max_depth=MAX_JSON_DEPTH)
+                          payload, trace_id, correlation_id, status,
+                          max_depth=MAX_JSON_DEPTH, id=id)
 
 
 def record_message(scope: Scope, type: str, from_agent: str, to_agent: str, topic: str,
                     priority: int, ttl_ms: int, payload: Any, trace_id: str | None,
-                    correlation_id: str | None, status: str, *,
-                    max_depth: int) -> Message:
+                   correlation_id: str | None, status: str, *,
+                   max_depth: int, id: str | None = None) -> Message:
     """audit_log, also for the hub's own messages, whose payload wraps a caller's
     value one level deeper (a handoff holds the job's payload): ``max_depth``."""
     require_enum(type, MESSAGE_TYPES, "type")
@@ -158,6 +166,14 @@ def record_message(scope: Scope, type: str, from_agent: str, to_agent: str, topi
     optional_id(trace_id, "trace_id")
     optional_id(correlation_id, "correlation_id")
     require_enum(status, MESSAGE_STATUSES, "status")
+    if id is not None:
+        require_id(id, "id")
+        with scope.unit_of_work() as uow:  # the INSERT, and the look for a retry's row
+            return insert_once(uow, Message, message_row(
+                id, now_ms(), type=type, from_agent=from_agent, to_agent=to_agent,
+                topic=topic, priority=priority, ttl_ms=ttl_ms, payload=body,
+                trace_id=trace_id or uuidv7(), correlation_id=correlation_id or uuidv7(),
+                status=status), SAME_MESSAGE, "message id")
     with scope.one_statement() as uow:  # the INSERT (its triggers are part of it)
         row = message_row(uuidv7(), now_ms(), type=type, from_agent=from_agent,
                           to_agent=to_agent, topic=topic, priority=priority, ttl_ms=ttl_ms,
@@ -166,6 +182,7 @@ def record_message(scope: Scope, type: str, from_agent: str, to_agent: str, topi
         # One INSERT, no ORM flush; the returned object is a plain (transient) row.
         INSERT.run(uow, row)
         return from_row(Message, row)
+
 
 
 def message_row(id: str, now: int, *, type: str, from_agent: str, to_agent: str, topic: str,
@@ -182,10 +199,11 @@ def message_row(id: str, now: int, *, type: str, from_agent: str, to_agent: str,
 def enqueue_message(scope: Scope, type: MessageType, from_agent: str, to_agent: str, topic: str,
                     priority: int = 5, ttl_ms: int = 300_000, payload: Any = None,
                     trace_id: str | None = None, correlation_id: str | None = None,
-                    status: MessageStatus = "queued") -> Message:
+                    status: MessageStatus = "queued", *, id: str | None = None
+                    ) -> Message:
     """The same as audit_log (kept for compatibility)."""
     return audit_log(scope, type, from_agent, to_agent, topic, priority, ttl_ms, payload,
-                          trace_id, correlation_id, status)
+                     trace_id, correlation_id, status, id=id)
 
 
 def get_message(scope: Scope, id: str) -> Message | None:

@@ -1,0 +1,3 @@
+"""Assign jobs: the rule table, claims, batches, rescue, cancel, results, quotas, unique and
+periodic jobs.
+"""

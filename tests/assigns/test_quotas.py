@@ -1,0 +1,228 @@
+"""Provider quotas (issue 30): assign limits as data, exact room per key in every claim
+path, waiting for room, and the operators' view. The many-process proof of exactness
+is tests/assigns/test_quota_concurrency.py."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import URL
+
+from hubstore import HubStore, ValidationError
+from hubstore.aio import AsyncHubStore
+from hubstore.ids import now_ms
+from hubstore.models import AssignJob
+from hubstore.services.assign_listing import waiting_reason
+from tests.helpers import present
+
+
+def running(store: HubStore, key: str) -> int:
+    return store.get_assign_limits()[key].running
+
+
+def queue(store: HubStore, count: int, worker: str = "w", **fields: Any) -> list[AssignJob]:
+    return store.assign_many("lead", worker, [{"task": f"t{i}", **fields}
+                                              for i in range(count)])
+
+
+# --- limits as data -------------------------------------------------------------------
+
+def test_a_limit_is_set_read_replaced_and_removed(store: HubStore) -> None:
+    limit = store.set_assign_limit("codex", max_running=2)
+    assert limit.to_dict() == {"key": "codex", "max_running": 2, "max_starts": None,
+                               "per_ms": None, "running": 0, "recent_starts": 0}
+    store.set_assign_limit("gemini", max_starts=60, per_ms=60_000)
+    assert list(store.get_assign_limits()) == ["codex", "gemini"]
+    replaced = store.set_assign_limit("codex", max_running=5, max_starts=10, per_ms=1_000)
+    assert (replaced.max_running, replaced.max_starts, replaced.per_ms) == (5, 10, 1_000)
+    assert store.remove_assign_limit("codex") is True
+    assert store.remove_assign_limit("codex") is False
+    assert list(store.get_assign_limits()) == ["gemini"]
+
+
+@pytest.mark.parametrize(("kwargs", "named"), [
+    ({"max_running": 0}, "max_running"), ({"max_running": -1}, "max_running"),
+    ({"max_running": 2.5}, "max_running"), ({"max_running": True}, "max_running"),
+    ({"max_starts": 5}, "max_starts and per_ms go together"),
+    ({"per_ms": 1_000}, "max_starts and per_ms go together"),
+    ({"max_starts": 0, "per_ms": 1_000}, "max_starts"),
+    ({"max_starts": 5, "per_ms": 0}, "per_ms"),
+    ({}, "a limit needs max_running"),
+    ({"max_running": 1, "key": ""}, "key"), ({"max_running": 1, "key": "k" * 201}, "key"),
+    ({"max_running": 1, "key": 5}, "key"), ({"max_running": 1, "key": "a\x00"}, "key"),
+])
+def test_a_bad_limit_is_refused_before_anything_is_written(store: HubStore,
+                                                           kwargs: dict[str, Any],
+                                                           named: str) -> None:
+    kwargs.setdefault("key", "codex")
+    with pytest.raises(ValidationError, match=named):
+        store.set_assign_limit(**kwargs)
+    assert store.get_assign_limits() == {}
+
+
+@pytest.mark.parametrize("limit_key", ["", 5, "k" * 201, ["codex"]])
+def test_a_job_with_a_bad_limit_key_is_refused(store: HubStore, limit_key: object) -> None:
+    with pytest.raises(ValidationError, match="limit_key"):
+        store.assign_async("lead", "w", limit_key=limit_key)
+    assert store.list_assigns() == []
+
+
+def test_the_running_count_follows_every_move(store: HubStore) -> None:
+    """Triggers count the key's running jobs whoever moves them: a claim, a finish, a
+    progress report (no change), a cancel, a timeout, a store-level move, raw SQL."""
+    store.set_assign_limit("k", max_running=10)
+    jobs = queue(store, 6, limit_key="k", max_retries=0)
+    claimed = store.claim_next_assigns("w", 6)
+    assert running(store, "k") == 6
+    store.finish_assign(claimed[0], "running")  # still running
+    assert running(store, "k") == 6
+    store.finish_assign(claimed[0], "succeeded")
+    store.cancel_assign(claimed[1].job_id)
+    store.update_assign_status(claimed[2].job_id, "failed")
+    store.sweep_timed_out_assigns(now_ms=now_ms() + 10**9)  # times out the other three
+    assert running(store, "k") == 0
+    with store.unit_of_work() as uow:  # as the reference store would write it
+        uow.connection.execute(text(
+            "UPDATE assign_jobs SET status = 'running' WHERE job_id = :j"),
+            {"j": jobs[3].job_id})
+    assert running(store, "k") == 1
+    with store.unit_of_work() as uow:
+        uow.connection.execute(text("DELETE FROM assign_jobs WHERE job_id = :j"),
+                               {"j": jobs[3].job_id})
+    assert running(store, "k") == 0
+
+
+def test_setting_a_limit_counts_its_jobs_anew(store: HubStore) -> None:
+    queue(store, 3, limit_key="k")
+    claimed = store.claim_next_assigns("w", 3)  # no limit yet: not counted
+    assert len(claimed) == 3
+    limit = store.set_assign_limit("k", max_running=2, max_starts=5, per_ms=60_000)
+    assert (limit.running, limit.recent_starts(now_ms())) == (3, 3)
+    queue(store, 1, limit_key="k")
+    assert store.claim_next_assign("w") is None  # 3 running, at most 2
+
+
+# --- room in every claim path -----------------------------------------------------------
+
+def test_a_claim_starts_a_job_only_with_room_under_its_key(store: HubStore) -> None:
+    store.set_assign_limit("codex", max_running=2)
+    jobs = queue(store, 4, limit_key="codex")
+    first = store.claim_next_assigns("w", 10)
+    assert [j.job_id for j in first] == [j.job_id for j in jobs[:2]]  # in claim order
+    assert store.claim_next_assign("w") is None
+    assert store.claim_next_assigns("w", 10) == []
+    assert [j.status for j in store.list_assigns(limit=10)].count("queued") == 2
+    store.finish_assign(first[0], "succeeded")
+    again = present(store.claim_next_assign("w"))
+    assert again.job_id == jobs[2].job_id
+
+
+def test_a_full_key_holds_up_neither_other_keys_nor_unlimited_jobs(store: HubStore) -> None:
+    store.set_assign_limit("codex", max_running=1)
+    store.set_assign_limit("gemini", max_running=1)
+    codex = queue(store, 3, limit_key="codex", priority=9)  # first in claim order
+    gemini = queue(store, 2, limit_key="gemini", priority=8)
+    free = queue(store, 2, priority=1)
+    taken = store.claim_next_assigns("w", 10)
+    assert {j.job_id for j in taken} == {codex[0].job_id, gemini[0].job_id,
+                                         free[0].job_id, free[1].job_id}
+    assert store.claim_next_assign("w") is None
+
+
+def test_one_at_a_time_a_full_key_is_skipped(store: HubStore) -> None:
+    store.set_assign_limit("codex", max_running=1)
+    codex = queue(store, 2, limit_key="codex", priority=9)
+    other = queue(store, 1, priority=1)
+    assert present(store.claim_next_assign("w")).job_id == codex[0].job_id
+    assert present(store.claim_next_assign("w")).job_id == other[0].job_id
+    assert store.claim_next_assign("w") is None
+
+
+def test_a_rate_limit_starts_at_most_max_starts_in_any_window(store: HubStore) -> None:
+    store.set_assign_limit("gemini", max_starts=3, per_ms=1_000)
+    queue(store, 5, limit_key="gemini")
+    started = store.claim_next_assigns("w", 10)
+    assert len(started) == 3
+    for job in started:
+        store.finish_assign(job, "succeeded")  # running room does not matter here
+    assert store.claim_next_assign("w") is None
+    time.sleep(1.05)
+    assert len(store.claim_next_assigns("w", 10)) == 2
+
+
+def test_a_job_without_a_limit_row_is_unlimited(store: HubStore) -> None:
+    queue(store, 3, limit_key="nobody-set-this")
+    assert len(store.claim_next_assigns("w", 10)) == 3
+
+
+def test_a_waiting_worker_wakes_when_room_frees(db_url: URL) -> None:
+    with HubStore.open(db_url) as store, HubStore.open(db_url) as other:
+        store.set_assign_limit("k", max_running=1)
+        queue(store, 2, limit_key="k")
+        held = present(store.claim_next_assign("w"))
+        got: list[AssignJob | None] = []
+        thread = threading.Thread(target=lambda: got.append(
+            other.wait_for_assign("w", timeout_s=10)))
+        thread.start()
+        time.sleep(0.3)
+        assert got == []  # waiting: the limit holds the second job
+        finished_at = time.monotonic()
+        store.finish_assign(held, "succeeded")
+        thread.join()
+        assert got[0] is not None and time.monotonic() - finished_at < 2
+
+
+def test_a_waiting_worker_wakes_when_the_rate_window_moves_on(store: HubStore) -> None:
+    store.set_assign_limit("r", max_starts=1, per_ms=800)
+    queue(store, 2, limit_key="r")
+    first = present(store.claim_next_assign("w"))
+    start = time.monotonic()
+    second = present(store.wait_for_assign("w", timeout_s=10))
+    waited = time.monotonic() - start
+    assert second.job_id != first.job_id
+    assert 0.5 <= waited < 3  # the window reopened 800 ms after the first start
+
+
+@pytest.mark.asyncio
+async def test_async_claims_keep_the_limit(db_url: URL) -> None:
+    async with await AsyncHubStore.open(db_url) as store:
+        await store.set_assign_limit("k", max_running=2)
+        await store.assign_many("lead", "w", [{"task": str(i), "limit_key": "k"}
+                                              for i in range(4)])
+        first = await store.wait_for_assigns("w", 10, timeout_s=1)
+        assert len(first) == 2
+        assert await store.wait_for_assign("w", timeout_s=0.2) is None
+        await store.finish_assign(first[0], "succeeded")
+        assert await store.wait_for_assign("w", timeout_s=5) is not None
+
+
+# --- what operators see ------------------------------------------------------------------
+
+def test_hub_stats_show_each_limit_only_where_limits_exist(store: HubStore) -> None:
+    assert "assign_limits" not in store.get_hub_stats()  # the reference's figures
+    store.set_assign_limit("codex", max_running=2)
+    queue(store, 3, limit_key="codex")
+    store.claim_next_assigns("w", 3)
+    assert store.get_hub_stats()["assign_limits"] == {"codex": {
+        "max_running": 2, "max_starts": None, "per_ms": None, "running": 2,
+        "recent_starts": 0}}
+
+
+def test_a_held_job_says_which_limit_holds_it(store: HubStore) -> None:
+    store.set_assign_limit("codex", max_running=1)
+    store.set_assign_limit("gemini", max_starts=1, per_ms=60_000)
+    queue(store, 2, worker="c", limit_key="codex")
+    queue(store, 2, worker="g", limit_key="gemini")
+    store.claim_next_assign("c")
+    store.claim_next_assign("g")
+    limits, now = store.get_assign_limits(), now_ms()
+    reasons = {job.task + job.worker_agent: waiting_reason(
+        {**job.to_dict(), "not_before_ms": job.not_before_ms, "limit_key": job.limit_key,
+         "retry_backoff_ms": job.retry_backoff_ms}, limits, now)
+        for job in store.list_assigns(status="queued")}
+    assert reasons == {"t1c": (None, "limit codex: 1/1 running"),
+                       "t1g": (None, "limit gemini: 1/1 starts in 1m")}

@@ -1,0 +1,1 @@
+"""The web console (its browser tests drive Debian's chromium)."""

@@ -1,0 +1,1 @@
+"""Waiting across processes: wake-ups, feeds, the async store."""
