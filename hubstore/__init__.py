@@ -34,7 +34,7 @@ from hubstore.errors import (
 
 if TYPE_CHECKING:
     from hubstore.ids import uuidv7
-    from hubstore.results import AssignOutcome, AssignPage, Lease, LookupResult
+    from hubstore.results import AssignOutcome, AssignPage, Lease, LookupResult, ReflexionPage
     from hubstore.services.waiting import MessageFeed
     from hubstore.store import HubStore
     from hubstore.types import AssignEvent
@@ -55,6 +55,7 @@ _LAZY = {
     "Lease": "hubstore.results",
     "LookupResult": "hubstore.results",
     "MessageFeed": "hubstore.services.waiting",
+    "ReflexionPage": "hubstore.results",
     "UnitOfWork": "hubstore.uow",
     "uuidv7": "hubstore.ids",
 }
@@ -101,6 +102,7 @@ __all__ = [
     "LookupResult",
     "MessageFeed",
     "ReadOnlyUnitOfWork",
+    "ReflexionPage",
     "RetryExhausted",
     "SchemaNotCurrent",
     "StaleAttempt",

@@ -22,7 +22,7 @@ from hubstore.models import (
     PipelineState,
     ReflexionEntry,
 )
-from hubstore.results import AssignOutcome, AssignPage, Lease
+from hubstore.results import AssignOutcome, AssignPage, Lease, ReflexionPage
 from hubstore.services.messages import DEFAULT_POLL
 from hubstore.services.reflexion import THIRTY_DAYS_MS
 from hubstore.services.retention import Progress
@@ -299,6 +299,17 @@ class AsyncOperations:
         stores SQL NULL); True when it exists.
         """
         return await self._call(self._sync_ops().update_human_request, request_id, state, response)
+
+    async def answer_human_request(
+        self, request_id: str, state: HumanState, response: Any = None
+    ) -> HumanRequest | None:
+        """Await :meth:`HubStore.answer_human_request`: Answer a pending request, once: its
+        state (any but pending) and response are set only while it is still pending, in one
+        guarded UPDATE. The request as answered, or None when it was not pending any more
+        (another answer, a cancel or its deadline came first) or does not exist: of two
+        answers at once, exactly one is kept.
+        """
+        return await self._call(self._sync_ops().answer_human_request, request_id, state, response)
 
     async def get_pending_human_requests(self) -> list[HumanRequest]:
         """Await :meth:`HubStore.get_pending_human_requests`: Every pending request."""
@@ -764,6 +775,24 @@ class AsyncOperations:
         ``listReflexion``.
         """
         return await self._call(self._sync_ops().list_reflexion, type, min_confidence, project_slug)
+
+    async def page_reflexion(
+        self,
+        type: str | None = None,
+        min_confidence: float | None = None,
+        project_slug: str | None = None,
+        limit: int = 50,
+        after: str | None = None,
+    ) -> ReflexionPage:
+        """Await :meth:`HubStore.page_reflexion`: A page of ``list_reflexion``'s entries
+        (the same filters, the same order): ``limit`` entries (1..MAX_PAGE) after the cursor
+        ``after`` (None: from the first), and the cursor of the next page (None after the
+        last). A page reads ``limit`` entries past the cursor, however many match: a list of
+        any length, a page at a time.
+        """
+        return await self._call(
+            self._sync_ops().page_reflexion, type, min_confidence, project_slug, limit, after
+        )
 
     async def patch_reflexion(
         self, id: str, **patch: Unpack[ReflexionPatch]

@@ -2,7 +2,7 @@
 
 A counter is named by what it counts; :data:`COUNTS` says, in SQL, which rows each one
 counts (the reference's way of getting the figures, and ``db check``'s way of checking
-the counters). The migrations that install trigger-kept counters (0003, 0004, 0009)
+the counters). The migrations that install trigger-kept counters (0003, 0004, 0009, 0015)
 freeze a copy of these rules in their own text, as migrations must;
 tests/store/test_figures.py checks that every copy agrees with this module.
 """
@@ -34,6 +34,14 @@ COUNTS: dict[str, str] = {
     **{f"assign_{status}": f"SELECT count(*) FROM assign_jobs WHERE status = '{status}'"
        for status in get_args(AssignStatus)},
 }
+
+#: Revision 0015: each worker's queued and running assign jobs (assign_worker_counts, a
+#: row per worker that has any), by counting rows.
+WORKER_COUNTS = ("SELECT worker_agent, "
+                 "sum(CASE WHEN status = 'queued' THEN 1 ELSE 0 END) AS queued, "
+                 "sum(CASE WHEN status = 'running' THEN 1 ELSE 0 END) AS running "
+                 "FROM assign_jobs WHERE status IN ('queued', 'running') "
+                 "GROUP BY worker_agent")
 
 #: Every counter by counting rows, in one statement (one row, a column per counter).
 PLAIN_COUNTS: TextClause = text(

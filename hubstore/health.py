@@ -226,4 +226,23 @@ def figure_findings(conn: Connection) -> list[str]:
     plain = figures.plain_counts_of(conn.execute(figures.PLAIN_COUNTS).mappings().one())
     # (a counter a later revision adds is missing below it, where its rows cannot exist)
     return [f"figures: hub_counters says {name} = {kept.get(name)}, the rows count {value}"
-            for name, value in sorted(plain.items()) if kept.get(name, 0) != value]
+            for name, value in sorted(plain.items()) if kept.get(name, 0) != value
+            ] + worker_count_findings(conn, names)
+
+
+def worker_count_findings(conn: Connection, names: set[str]) -> list[str]:
+    """Revision 0015's per-worker counts of queued and running jobs against counting the
+    jobs (a worker without any may have no row, or a row of zeros)."""
+    from hubstore.services import stats
+
+    if "assign_worker_counts" not in names:
+        return []
+    rows = (stats.WORKER_ROWS_WITH_DELTAS if "assign_worker_count_deltas" in names
+            else stats.WORKER_ROWS)
+    kept = {str(w): (int(q), int(r)) for w, q, r in conn.execute(text(rows))}
+    plain = {str(w): (int(q), int(r))
+             for w, q, r in conn.execute(text(figures.WORKER_COUNTS))}
+    return [f"figures: assign_worker_counts says worker {worker!r} has {kept.get(worker)} "
+            f"(queued, running) jobs, the rows count {plain.get(worker, (0, 0))}"
+            for worker in sorted(kept.keys() | plain.keys())
+            if kept.get(worker, (0, 0)) != plain.get(worker, (0, 0))]

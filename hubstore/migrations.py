@@ -80,9 +80,11 @@ HUBSTORE_MADE = frozenset({"hub_counters", "hub_counter_deltas"})
 DEFAULT_VERSION_TABLE = "alembic_version"
 #: hubstore's own version table, beside an application whose Alembic keeps alembic_version.
 HUB_VERSION_TABLE = "hubstore_alembic_version"
-#: Objects that revisions 0003 to 0009 own on one dialect only; the models do not describe them.
+#: Objects that revisions 0003 to 0009 own on one dialect only, and the counters they and
+#: 0015 keep with triggers (services/stats.py reads them); the models do not describe them.
 MIGRATION_OWNED = frozenset({
-    "hub_counters", "hub_counter_deltas", "reflexion_entries_fts", "reflexion_entries_fts_data",
+    "hub_counters", "hub_counter_deltas", "assign_worker_counts", "assign_worker_count_deltas",
+    "reflexion_entries_fts", "reflexion_entries_fts_data",
     "reflexion_entries_fts_idx", "reflexion_entries_fts_content",
     "reflexion_entries_fts_docsize", "reflexion_entries_fts_config",
     "ix_reflexion_pattern_trgm", DEFAULT_VERSION_TABLE, HUB_VERSION_TABLE, "sqlite_sequence",

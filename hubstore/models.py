@@ -232,6 +232,10 @@ class DeadLetter(Base):
     last_error: Mapped[str | None] = mapped_column(Text)
 
 
+# Revision 0015: the newest dead letters first (get_dead_letters), without a sort.
+Index("ix_dead_letters_failed", DeadLetter.failed_at_ms.desc(), DeadLetter.message_id.desc())
+
+
 class AssignJob(Base):
     __tablename__ = "assign_jobs"
     __table_args__ = (

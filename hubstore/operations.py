@@ -87,6 +87,7 @@ class HubOperations:
     insert_human_request = human_requests.insert_human_request
     get_human_request = human_requests.get_human_request
     update_human_request = human_requests.update_human_request
+    answer_human_request = human_requests.answer_human_request
     get_pending_human_requests = human_requests.get_pending_human_requests
     expire_human_requests = human_requests.expire_human_requests
 
@@ -137,6 +138,7 @@ class HubOperations:
     update_reflexion_hit = reflexion.update_reflexion_hit
     prune_reflexion = reflexion.prune_reflexion
     list_reflexion = reflexion.list_reflexion
+    page_reflexion = reflexion.page_reflexion
     patch_reflexion = reflexion.patch_reflexion
     delete_reflexion = reflexion.delete_reflexion
 

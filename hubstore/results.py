@@ -44,3 +44,13 @@ class AssignPage:
 
     jobs: list[AssignJob]
     next: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReflexionPage:
+    """One page of reflexion entries (``page_reflexion``): the entries, in
+    ``list_reflexion``'s order, and the cursor of the page after it (None when this one
+    is the last)."""
+
+    entries: list[ReflexionEntry]
+    next: str | None

@@ -39,6 +39,10 @@ def demo(store: HubStore) -> None:
             store.update_assign_status(job.job_id, "succeeded")
         elif i % 7 == 2:
             store.update_assign_status(job.job_id, "failed")
+    store.set_assign_limit("codex", max_running=2)
+    store.set_assign_limit("gemini", max_starts=60, per_ms=60_000)
+    for i in range(3):
+        store.assign_async("lead", "worker-1", task=f"codex step {i}", limit_key="codex")
     message = store.audit_log("request", "lead", "worker-2", "build", payload={"n": 1})
     store.move_to_dead_letter(message.id, "worker gone")
     store.insert_human_request("worker-1", "approval", "Deploy to production?")
@@ -64,6 +68,8 @@ def main(target: Path) -> None:
             page = browser.new_page(viewport={"width": 1200, "height": 900})
             page.goto(f"http://127.0.0.1:{port}/")
             page.wait_for_selector("body[data-live=open]")
+            page.wait_for_function("""() => Array.from(document.querySelectorAll(
+                '.live-part')).every(part => part.dataset.refreshed)""")
             page.screenshot(path=str(target), full_page=True)
             browser.close()
         server.should_exit = True

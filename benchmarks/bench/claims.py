@@ -7,12 +7,14 @@ claims are also made on psycopg alone and on a bare queue, alternating with hubs
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import multiprocessing as mp
 import statistics
 import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from bench.claim_loops import (
@@ -35,8 +37,36 @@ NEVER = 2**62
 LANE_MEANINGS = {
     "no-rescue": "the claim path without its look for stalled jobs (as before issue 29)",
     "limited": "every job counting against an assign limit that never binds",
+    "no-worker-counts": "assign_jobs without revision 0015's per-worker count triggers",
 }
 COUNTED_JOBS = 200
+#: Revision 0015's script (lane "no-worker-counts" takes its triggers away).
+_REVISION_0015 = next((Path(__file__).resolve().parents[2] / "alembic" / "versions")
+                      .glob("0015_*.py"))
+
+
+def drop_worker_count_triggers(store: HubStore) -> None:
+    """Take revision 0015's per-worker counts away from assign_jobs' triggers, on this
+    database only (a measurement of what they cost, not a layout to run): SQLite's
+    triggers; PostgreSQL's insert and delete triggers, and the status trigger as
+    revision 0010 left it."""
+    spec = importlib.util.spec_from_file_location("revision_0015", _REVISION_0015)
+    assert spec is not None and spec.loader is not None
+    revision = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(revision)
+    with store.engine.begin() as conn:
+        if store.dialect == "sqlite":
+            for name in revision.SQLITE_TRIGGERS:
+                conn.exec_driver_sql(f"DROP TRIGGER {name}")
+            return
+        for name in revision.PG_TRIGGERS:
+            conn.exec_driver_sql(f"DROP TRIGGER {name} ON assign_jobs")
+        conn.exec_driver_sql(revision.STATUS_FUNCTION_0010)
+        conn.exec_driver_sql(f"DROP TRIGGER {revision.STATUS_TRIGGER} ON assign_jobs")
+        conn.exec_driver_sql(
+            f"CREATE TRIGGER {revision.STATUS_TRIGGER} AFTER UPDATE ON assign_jobs FOR EACH "
+            f"ROW WHEN ({revision.STATUS_WHEN_0010}) "
+            "EXECUTE FUNCTION hub_count_assign_job_status()")
 
 
 @dataclass(frozen=True)
@@ -127,14 +157,21 @@ def claim_once(args: argparse.Namespace, url: str, log: Callable[[str], None],
     raw_claim_loop; lane "bare": the bare queue's own jobs and loop."""
     log(f"database: {display_url(url)}; creating {args.jobs:,} jobs")
     if lane == "bare":
+        started = time.perf_counter()
         ids = create_bare_jobs(url, args.jobs)
+        enqueue_s = time.perf_counter() - started
         log(f"  {args.processes} bare-queue processes claiming")
         reports, wall = run_claim_processes(url, args.processes, lane)
         statuses = bare_statuses(url)
     else:
         with HubStore.open(url, auto_migrate=True) as store:
+            if lane == "no-worker-counts":
+                drop_worker_count_triggers(store)
+            started = time.perf_counter()
             ids = create_claim_jobs(store, args.jobs, limited=lane == "limited")
-            log(f"  {args.processes} {lane} processes claiming, {args.claim_batch} a claim")
+            enqueue_s = time.perf_counter() - started
+            log(f"  enqueued at {args.jobs / enqueue_s:,.1f} jobs/s; {args.processes} {lane} "
+                f"processes claiming, {args.claim_batch} a claim")
             reports, wall = run_claim_processes(url, args.processes, lane,
                                                 1 if lane == "raw" else args.claim_batch)
             statuses = final_statuses(store, ids)
@@ -147,6 +184,7 @@ def claim_once(args: argparse.Namespace, url: str, log: Callable[[str], None],
     }
     log(f"  {args.jobs / wall:,.1f} jobs/s")
     return {"jobs_per_s": round(args.jobs / wall, 1), "wall_seconds": round(wall, 3),
+            "enqueue_jobs_per_s": round(args.jobs / enqueue_s, 1),
             "per_process": [len(r.job_ids) for r in reports], "statuses": statuses,
             "checks": checks, "errors": [f"process {r.index}: {r.error}"
                                          for r in reports if r.error]}
@@ -216,6 +254,7 @@ def run_claim(args: argparse.Namespace, target: Target, log: Callable[[str], Non
             "raw_share_of_bare": float(
                 f"{statistics.median(raw_rates) / statistics.median(bare_rates):.4g}")})
     payload["claim_batch"] = args.claim_batch
+    payload["enqueue_jobs_per_s_spread"] = spread([run["enqueue_jobs_per_s"] for run in runs])
     for lane, lane_runs in extra.items():
         lane_rates = [run["jobs_per_s"] for run in lane_runs]
         payload[f"{lane}_runs"] = lane_runs
@@ -223,7 +262,15 @@ def run_claim(args: argparse.Namespace, target: Target, log: Callable[[str], Non
         # this lane's median beside hubstore's, and its per-repeat pairs' median ratio
         payload[f"{lane}_share_of_hubstore"] = float(
             f"{statistics.median(lane_rates) / statistics.median(rates):.4g}")
+        for what in ("jobs_per_s", "enqueue_jobs_per_s"):
+            pairs = [mine[what] / theirs[what] for mine, theirs in zip(lane_runs, runs,
+                                                                       strict=True)]
+            payload[f"{lane}_paired_{what}_share"] = float(
+                f"{statistics.median(pairs):.4g}")
+        payload[f"{lane}_enqueue_jobs_per_s_spread"] = spread(
+            [run["enqueue_jobs_per_s"] for run in lane_runs])
     rows = [[f"{label}run {k + 1}", f"{run['jobs_per_s']:,.1f}",
+             f"{run['enqueue_jobs_per_s']:,.1f}",
              " ".join(f"{n:,}" for n in run["per_process"]),
              "yes" if run["checks"]["claimed_once"] and run["checks"]["all_succeeded"]
              else "NO"]
@@ -231,7 +278,8 @@ def run_claim(args: argparse.Namespace, target: Target, log: Callable[[str], Non
                                 ("bare queue ", bare_runs),
                                 *((f"{name} ", lane_runs) for name, lane_runs in extra.items()))
             for k, run in enumerate(lane)]
-    table = format_table(["run", "jobs/s", "jobs per process", "each once"], rows)
+    table = format_table(["run", "jobs/s", "enqueued/s", "jobs per process", "each once"],
+                         rows)
     rate = spread(rates)
     summary = (
         f"{args.jobs:,} jobs, {args.processes} processes, {args.repeat} runs: "
@@ -257,7 +305,10 @@ def run_claim(args: argparse.Namespace, target: Target, log: Callable[[str], Non
             lines.append(
                 f"{meaning}: {lane_rate['median']:,.1f} jobs/s median (min "
                 f"{lane_rate['min']:,.1f}, max {lane_rate['max']:,.1f}); "
-                f"{lane}/hubstore {payload[f'{lane}_share_of_hubstore']:.3f}")
+                f"{lane}/hubstore {payload[f'{lane}_share_of_hubstore']:.3f} (paired "
+                f"{payload[f'{lane}_paired_jobs_per_s_share']:.3f}); enqueue "
+                f"{lane}/hubstore, paired "
+                f"{payload[f'{lane}_paired_enqueue_jobs_per_s_share']:.3f}")
     if per_job:
         trips = per_job.get("round_trips")
         lines.append(f"per job: {per_job['statements']} statements"

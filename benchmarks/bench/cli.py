@@ -43,7 +43,7 @@ def _workload_list(value: str) -> list[str]:
 
 def _claim_lanes(value: str) -> list[str]:
     lanes = [lane.strip() for lane in value.split(",") if lane.strip()]
-    known = ("no-rescue", "limited")
+    known = ("no-rescue", "limited", "no-worker-counts")
     if not lanes or any(lane not in known for lane in lanes):
         raise argparse.ArgumentTypeError(f"expected lanes of {', '.join(known)}")
     return list(dict.fromkeys(lanes))
@@ -115,7 +115,8 @@ def build_parser(description: str) -> argparse.ArgumentParser:
         "--claim-lanes", type=_claim_lanes, default=[], metavar="LANE,...",
         help="--claim: also these lanes, alternating with hubstore's, each on an emptied "
         "database: no-rescue (the claims' look for stalled jobs off, as before it had "
-        "one), limited (every job under an assign limit that never binds)")
+        "one), limited (every job under an assign limit that never binds), "
+        "no-worker-counts (assign_jobs without revision 0015's per-worker count triggers)")
     parser.add_argument(
         "--claim-batch", type=int, default=1, metavar="N",
         help="--claim: jobs per claim (claim_next_assigns and report_assign_results; "

@@ -29,7 +29,7 @@ from hubstore.cli.output import Column, key, show
 from hubstore.errors import ValidationError
 from hubstore.ids import now_ms
 from hubstore.models import ASSIGN_STATUSES, AssignJob, AssignLimit
-from hubstore.services.assign_listing import MAX_PAGE, waiting_reason
+from hubstore.services.assign_listing import MAX_PAGE, job_waiting_reason
 from hubstore.store import HubStore
 
 log = logging.getLogger("hubstore.cli")
@@ -39,9 +39,8 @@ def _rows(jobs: list[AssignJob], limits: dict[str, AssignLimit]) -> list[dict[st
     now = now_ms()
     rows = []
     for job in jobs:
-        row = {**job.to_dict(), "not_before_ms": job.not_before_ms,
-               "retry_backoff_ms": job.retry_backoff_ms, "limit_key": job.limit_key}
-        at, row["why"] = waiting_reason(row, limits, now)
+        row = job.to_dict()
+        at, row["why"] = job_waiting_reason(job, limits, now)
         row["due"] = when(at)
         rows.append(row)
     return rows

@@ -162,3 +162,15 @@ def waiting_reason(job: Mapping[str, Any], limits: Mapping[str, AssignLimit], no
         window = rules.duration_text(limit.per_ms or 0)
         return None, f"limit {limit.key}: {recent}/{limit.max_starts} starts in {window}"
     return None, ""
+
+
+#: The job's values that :func:`waiting_reason` reads.
+_WAITING_FIELDS = ("status", "not_before_ms", "retry_count", "last_retry_at_ms",
+                   "retry_backoff_ms", "limit_key")
+
+
+def job_waiting_reason(job: AssignJob, limits: Mapping[str, AssignLimit], now: int
+                       ) -> tuple[int | None, str]:
+    """:func:`waiting_reason` of an :class:`AssignJob` as the store returns it."""
+    return waiting_reason({name: getattr(job, name) for name in _WAITING_FIELDS}, limits,
+                          now)

@@ -6,10 +6,11 @@ from typing import Any
 
 from sqlalchemy import select, update
 
-from hubstore.execution import add, execute, get, load
+from hubstore.errors import ValidationError
+from hubstore.execution import add, execute, from_row, get, load
 from hubstore.ids import now_ms, uuidv7
 from hubstore.models import HUMAN_DEFAULT_ACTIONS, HUMAN_KINDS, HUMAN_STATES, HumanRequest, table_of
-from hubstore.services.base import insert_once, resolve_now, update_row
+from hubstore.services.base import const, insert_once, resolve_now, update_row
 from hubstore.transaction import Scope
 from hubstore.types import HumanDefaultAction, HumanKind, HumanState
 from hubstore.validation import (
@@ -85,6 +86,30 @@ def update_human_request(scope: Scope, request_id: str, state: HumanState,
     json_value(response, "response")
     with scope.unit_of_work() as uow:
         return update_row(uow, _requests, request_id, state=state, response_json=response)
+
+
+def answer_human_request(scope: Scope, request_id: str, state: HumanState,
+                         response: Any = None) -> HumanRequest | None:
+    """Answer a pending request, once: its state (any but pending) and response are set
+    only while it is still pending, in one guarded UPDATE. The request as answered, or
+    None when it was not pending any more (another answer, a cancel or its deadline
+    came first) or does not exist: of two answers at once, exactly one is kept.
+
+    ``update_human_request`` keeps the reference's meaning (it sets any request)."""
+    require_id(request_id, "request_id")
+    require_enum(state, HUMAN_STATES, "state")
+    if state == "pending":
+        raise ValidationError("an answer's state must be one of "
+                              f"{', '.join(s for s in HUMAN_STATES if s != 'pending')}, "
+                              "not 'pending'")
+    json_value(response, "response")
+    with scope.one_statement() as uow:
+        row = execute(uow, update(_requests)
+                      .where(_requests.c.request_id == request_id,
+                             _requests.c.state == const("pending"))
+                      .values(state=state, response_json=response)
+                      .returning(*_requests.c)).mappings().first()
+    return None if row is None else from_row(HumanRequest, row)
 
 
 def get_pending_human_requests(scope: Scope) -> list[HumanRequest]:

@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import functools
+import math
+import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Unpack
 
 from sqlalchemy import (
+    BigInteger,
     ColumnElement,
     Float,
+    Integer,
+    Text,
     TextClause,
+    and_,
     bindparam,
     delete,
     insert,
+    or_,
     select,
     update,
 )
@@ -24,6 +32,7 @@ from hubstore.ids import now_ms, uuidv7
 from hubstore.jsontype import dumps
 from hubstore.models import REFLEXION_TYPES, ReflexionEntry, table_of
 from hubstore.reflexion import recalc_confidence
+from hubstore.results import ReflexionPage
 from hubstore.services.base import resolve_now
 from hubstore.transaction import Scope
 from hubstore.types import ReflexionPatch, ReflexionType
@@ -40,9 +49,13 @@ from hubstore.validation import (
     require_number,
     require_str,
     require_text,
+    require_time,
 )
 
 THIRTY_DAYS_MS = 30 * 24 * 60 * 60 * 1000
+#: The most entries one page_reflexion page holds.
+MAX_PAGE = 1_000
+_CURSOR = re.compile(r"([^:]+):(-?[0-9]{1,19}):(.+)", re.DOTALL)
 SUBSTRING_LIMIT = 10
 NEEDLE_UTF16_UNITS = 100
 _entries = table_of(ReflexionEntry)
@@ -142,10 +155,9 @@ _COLUMN_OF = {"context": "context_json", "adaptive_state": "adaptive_state_json"
 _DELETE = Prepared(delete(_entries).where(_entries.c.id == bindparam("p_id")))
 
 
-@functools.lru_cache(maxsize=16)
-def list_statement(sql: SqlDialect, by_type: bool, by_confidence: bool, by_slug: bool
-                   ) -> Prepared:
-    """list_reflexion's query for this combination of filters, built once."""
+def _list_filters(sql: SqlDialect, by_type: bool, by_confidence: bool, by_slug: bool
+                  ) -> list[ColumnElement[bool]]:
+    """list_reflexion's filters, their values bound (see :func:`list_parameters`)."""
     where: list[ColumnElement[bool]] = []
     if by_type:
         where.append(_entries.c.type == bindparam("p_type"))
@@ -153,7 +165,38 @@ def list_statement(sql: SqlDialect, by_type: bool, by_confidence: bool, by_slug:
         where.append(_entries.c.confidence >= bindparam("p_min", type_=Float))
     if by_slug:
         where.append(sql.project_slug() == sql.project_slug_param("p_slug"))
-    return Prepared(select(_entries).where(*where).order_by(*_LIST_ORDER), _entries)
+    return where
+
+
+@functools.lru_cache(maxsize=16)
+def list_statement(sql: SqlDialect, by_type: bool, by_confidence: bool, by_slug: bool
+                   ) -> Prepared:
+    """list_reflexion's query for this combination of filters, built once."""
+    return Prepared(select(_entries).where(*_list_filters(sql, by_type, by_confidence, by_slug))
+                    .order_by(*_LIST_ORDER), _entries)
+
+
+#: A page starts after the cursor's entry, in list_reflexion's order; the confidence
+#: bound alone too, so that idx_reflexion_confidence serves it.
+_AFTER_C = bindparam("p_after_c", type_=Float)
+_AFTER_U = bindparam("p_after_u", type_=BigInteger)
+_AFTER_ID = bindparam("p_after_id", type_=Text)
+_AFTER = (_entries.c.confidence <= _AFTER_C,
+          or_(_entries.c.confidence < _AFTER_C,
+              and_(_entries.c.confidence == _AFTER_C,
+                   or_(_entries.c.updated_at_ms < _AFTER_U,
+                       and_(_entries.c.updated_at_ms == _AFTER_U, _entries.c.id > _AFTER_ID)))))
+
+
+@functools.lru_cache(maxsize=32)
+def page_statement(sql: SqlDialect, by_type: bool, by_confidence: bool, by_slug: bool,
+                   after: bool) -> Prepared:
+    """page_reflexion's query for this combination of filters and cursor, built once:
+    ``p_limit`` rows in list_reflexion's order."""
+    where = _list_filters(sql, by_type, by_confidence, by_slug)
+    return Prepared(select(_entries).where(*where, *(_AFTER if after else ()))
+                    .order_by(*_LIST_ORDER).limit(bindparam("p_limit", type_=Integer)),
+                    _entries)
 
 
 @functools.lru_cache(maxsize=256)
@@ -297,6 +340,46 @@ def prune_reflexion(scope: Scope, max_age_ms: int = THIRTY_DAYS_MS, min_confiden
         return int(result.rowcount)
 
 
+@dataclass(frozen=True)
+class _ListFilters:
+    """list_reflexion's filters, checked (ValidationError otherwise, before any read)."""
+
+    type: str | None
+    min_confidence: float | None
+    project_slug: str | None
+    encoded: str
+
+    @classmethod
+    def of(cls, type: object, min_confidence: object, project_slug: object) -> _ListFilters:
+        kind = slug = minimum = None
+        encoded = ""
+        if type is not None and type != "":
+            kind = require_enum(type, REFLEXION_TYPES, "type")
+        if min_confidence is not None:
+            minimum = require_number(min_confidence, "min_confidence", infinite=True)
+        if project_slug is not None and project_slug != "":
+            # checked as JSON on both dialects (U+0000 is refused on both)
+            slug = require_text(project_slug, "project_slug")
+            encoded = dumps(slug, "project_slug")
+        return cls(kind, minimum, slug, encoded)
+
+    def params(self, sql: SqlDialect) -> dict[str, Any]:
+        """The filters' bound values, by parameter name (a filter not given: none)."""
+        params: dict[str, Any] = {}
+        if self.type is not None:
+            params["p_type"] = self.type
+        if self.min_confidence is not None:
+            params["p_min"] = self.min_confidence
+        if self.project_slug is not None:
+            params["p_slug"] = sql.project_slug_value(self.project_slug, self.encoded)
+        return params
+
+    @staticmethod
+    def shape(params: Mapping[str, Any]) -> tuple[bool, bool, bool]:
+        """Which filters the statement has: by type, by confidence, by project slug."""
+        return "p_type" in params, "p_min" in params, "p_slug" in params
+
+
 def list_reflexion(scope: Scope, type: str | None = None, min_confidence: float | None = None,
                    project_slug: str | None = None) -> list[ReflexionEntry]:
     """Every entry, filtered, as 10.17.4's ``listReflexion``.
@@ -312,20 +395,49 @@ def list_reflexion(scope: Scope, type: str | None = None, min_confidence: float 
     extracted string; PostgreSQL: a hash index on ``adaptive_state_json ->
     'project_slug'``), so it stays fast on 100,000 entries.
     """
-    params: dict[str, Any] = {}
-    if type is not None and type != "":
-        params["p_type"] = require_enum(type, REFLEXION_TYPES, "type")
-    if min_confidence is not None:
-        params["p_min"] = require_number(min_confidence, "min_confidence", infinite=True)
-    if project_slug is not None and project_slug != "":
-        # checked as JSON on both dialects (U+0000 is refused on both)
-        encoded = dumps(require_text(project_slug, "project_slug"), "project_slug")
+    checked = _ListFilters.of(type, min_confidence, project_slug)
     with scope.unit_of_work(write=False) as uow:
-        if project_slug:
-            params["p_slug"] = uow.sql.project_slug_value(project_slug, encoded)
-        statement = list_statement(uow.sql, "p_type" in params, "p_min" in params,
-                                   "p_slug" in params)
+        params = checked.params(uow.sql)
+        statement = list_statement(uow.sql, *checked.shape(params))
         return [from_row(ReflexionEntry, row) for row in statement.rows(uow, params)]
+
+
+def reflexion_cursor(entry: ReflexionEntry) -> str:
+    """The cursor of the page that starts after ``entry``."""
+    return f"{entry.confidence!r}:{entry.updated_at_ms}:{entry.id}"
+
+
+def _cursor_params(cursor: object) -> dict[str, Any]:
+    """The bound values of the rows after ``cursor`` (ValidationError for a bad one)."""
+    match = _CURSOR.fullmatch(cursor) if isinstance(cursor, str) else None
+    try:
+        confidence = float(match.group(1)) if match is not None else math.nan
+    except ValueError:
+        confidence = math.nan
+    if match is None or math.isnan(confidence):
+        raise ValidationError(f"after must be a cursor that page_reflexion returned, not "
+                              f"{describe(cursor)}")
+    return {"p_after_c": confidence,
+            "p_after_u": require_time(int(match.group(2)), "after's time"),
+            "p_after_id": match.group(3)}
+
+
+def page_reflexion(scope: Scope, type: str | None = None, min_confidence: float | None = None,
+                   project_slug: str | None = None, limit: int = 50,
+                   after: str | None = None) -> ReflexionPage:
+    """A page of ``list_reflexion``'s entries (the same filters, the same order):
+    ``limit`` entries (1..MAX_PAGE) after the cursor ``after`` (None: from the first),
+    and the cursor of the next page (None after the last). A page reads ``limit`` entries
+    past the cursor, however many match: a list of any length, a page at a time."""
+    checked = _ListFilters.of(type, min_confidence, project_slug)
+    size = require_int(limit, "limit", minimum=1, maximum=MAX_PAGE)
+    keyset = _cursor_params(after) if after is not None else {}
+    with scope.unit_of_work(write=False) as uow:
+        params = {**checked.params(uow.sql), **keyset, "p_limit": size + 1}
+        statement = page_statement(uow.sql, *checked.shape(params), bool(keyset))
+        rows = [from_row(ReflexionEntry, row) for row in statement.rows(uow, params)]
+    entries = rows[:size]
+    return ReflexionPage(entries, reflexion_cursor(entries[-1]) if len(rows) > size else None)
 
 
 def patch_reflexion(scope: Scope, id: str, **patch: Unpack[ReflexionPatch]

@@ -8,6 +8,8 @@ not folded yet; on PostgreSQL (0004) statement triggers append
 deltas that readers add up and now and then fold in; the reader that folded then
 vacuums the deltas table, so that later reads do not step over the rows the fold
 deleted. Without those revisions the figures are counted, as the reference does.
+Each worker's queued and running jobs (revision 0015, :func:`jobs_by_worker`) are kept
+the same way: row triggers on SQLite, deltas folded with the hub's on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
     Engine,
+    TextClause,
     column,
     func,
     literal,
@@ -94,7 +97,39 @@ _FOLD = text("""
 FOLD_AT = 1_000
 FOLD_LOCK_KEY = 0x6875_6266_6F6C_64  # "hubfold"
 # SKIP_LOCKED: if another fold's vacuum or autovacuum is at it, leave it to them.
-_VACUUM_DELTAS = "VACUUM (SKIP_LOCKED) hub_counter_deltas"
+_VACUUM_DELTAS = "VACUUM (SKIP_LOCKED) hub_counter_deltas, assign_worker_count_deltas"
+
+# Revision 0015: each worker's queued and running jobs, a row per worker that has any
+# (SQLite's triggers delete a row left at zero; on PostgreSQL the fold does); on
+# PostgreSQL the counts plus the deltas not folded yet.
+WORKER_ROWS = "SELECT worker_agent, queued, running FROM assign_worker_counts"
+WORKER_ROWS_WITH_DELTAS = """
+    SELECT worker_agent, sum(queued) AS queued, sum(running) AS running FROM (
+        SELECT worker_agent, queued, running FROM assign_worker_counts
+        UNION ALL SELECT worker_agent, queued, running FROM assign_worker_count_deltas
+    ) AS workers GROUP BY worker_agent"""
+
+
+def _busiest(rows: str) -> TextClause:
+    return text(f"""
+    SELECT worker_agent, queued, running FROM ({rows}) AS counted
+     WHERE queued > 0 OR running > 0
+     ORDER BY queued DESC, running DESC, worker_agent LIMIT :n""")
+
+
+_WORKERS = _busiest(WORKER_ROWS)
+_WORKERS_WITH_DELTAS = _busiest(WORKER_ROWS_WITH_DELTAS)
+_WORKER_DELTAS_PENDING = text("SELECT count(*) FROM assign_worker_count_deltas")
+_FOLD_WORKERS = (
+    text("""
+    WITH moved AS (DELETE FROM assign_worker_count_deltas
+                   RETURNING worker_agent, queued, running)
+    INSERT INTO assign_worker_counts (worker_agent, queued, running)
+    SELECT worker_agent, sum(queued), sum(running) FROM moved GROUP BY worker_agent
+    ON CONFLICT (worker_agent) DO UPDATE
+       SET queued = assign_worker_counts.queued + EXCLUDED.queued,
+           running = assign_worker_counts.running + EXCLUDED.running"""),
+    text("DELETE FROM assign_worker_counts WHERE queued = 0 AND running = 0"))
 
 
 def counts(uow: Transaction) -> dict[str, int]:
@@ -116,11 +151,14 @@ def counts(uow: Transaction) -> dict[str, int]:
 
 
 def fold_deltas(engine: Engine) -> None:
-    """Fold the pending deltas into the counters (one folder at a time), then vacuum."""
+    """Fold the pending deltas into the counters, the hub's and the workers' (one folder
+    at a time), then vacuum."""
     with engine.begin() as conn:
         if not conn.scalar(_TRY_FOLD_LOCK, {"key": FOLD_LOCK_KEY}):
             return
         conn.execute(_FOLD)
+        for statement in _FOLD_WORKERS:
+            conn.execute(statement)
     vacuum_deltas(engine)
 
 
@@ -133,6 +171,20 @@ def vacuum_deltas(engine: Engine) -> None:
     """
     with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         conn.exec_driver_sql(_VACUUM_DELTAS)
+
+
+def jobs_by_worker(uow: Transaction, limit: int) -> list[tuple[str, int, int]]:
+    """(worker, queued jobs, running jobs) of the ``limit`` workers with the most queued
+    jobs (then running), from revision 0015's trigger-kept counts: no job is read."""
+    if not uow.db.features.counter_deltas:
+        rows = execute(uow, _WORKERS, {"n": limit})
+        return [(str(w), int(q), int(r)) for w, q, r in rows]
+    rows = execute(uow, _WORKERS_WITH_DELTAS, {"n": limit})
+    depths = [(str(w), int(q), int(r)) for w, q, r in rows]
+    if scalar(uow, _WORKER_DELTAS_PENDING) >= FOLD_AT:
+        engine = uow.db.engine
+        uow.after_commit(lambda: fold_deltas(engine))
+    return depths
 
 
 def plain_counts(uow: Transaction) -> dict[str, int]:

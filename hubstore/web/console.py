@@ -17,6 +17,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.templating import Jinja2Templates
 
 from hubstore.aio import AsyncHubStore
+from hubstore.assign_rules import duration_text
 from hubstore.errors import HubStoreError
 from hubstore.web.security import CSRF_COOKIE, CSRF_FIELD, Security
 from hubstore.web.stream import Pulse
@@ -51,6 +52,13 @@ def when(ms: object) -> str:
         return str(ms)
 
 
+def duration(ms: object) -> str:
+    """A duration in ms for people (30d, 12h, 15m, 45s, 250ms; '' for none)."""
+    if not isinstance(ms, int) or isinstance(ms, bool):
+        return ""
+    return duration_text(ms)
+
+
 def as_json(value: Any) -> str:
     """A stored JSON value as indented text (escaped by the template, as everything)."""
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
@@ -67,6 +75,7 @@ def make_templates() -> Jinja2Templates:
     env.filters["when"] = when
     env.filters["as_json"] = as_json
     env.filters["dom_id"] = dom_id
+    env.filters["duration"] = duration
     return Jinja2Templates(env=env)
 
 

@@ -27,15 +27,12 @@ from hubstore.web.queries import (
     AGENTS_BY_STATUS,
     LATEST,
     PENDING,
-    JobFilters,
     finished_since,
-    page_jobs,
-    page_statement,
     snapshot,
 )
 from hubstore.web.stream import Pulse
 from tests.console.web_helpers import HOSTILE, TOKEN, csrf, post, sign_in
-from tests.factories import AssignJobFactory, MessageFactory
+from tests.factories import AssignJobFactory, MessageFactory, ReflexionEntryFactory
 from tests.helpers import present, query_plan
 
 PAGES = ["/", "/jobs", "/dead-letters", "/human-requests", "/reflexion", "/messages",
@@ -166,18 +163,76 @@ def test_retry_and_cancel_change_the_job(operator: TestClient, store: HubStore) 
     assert "ASSIGN_" in refused.text
 
 
+def test_a_job_whose_retries_are_spent_is_retried_anyway(operator: TestClient,
+                                                         store: HubStore) -> None:
+    spent = _job(store, "failed", max_retries=0)
+    page = operator.get(f"/job?id={spent}").text
+    assert "retries are spent" in page and ">Retry anyway<" in page and ">Retry<" not in page
+    assert '<input type="hidden" name="force" value="1">' in page
+    refused = operator.post("/job/retry", data={"id": spent, "csrf": csrf(operator)})
+    assert refused.status_code == 409 and "retry it anyway" in refused.text
+    assert present(store.get_assign(spent)).status == "failed"
+    assert post(operator, "/job/retry", {"id": spent, "force": "1"}) == 303
+    after = present(store.get_assign(spent))
+    assert (after.status, after.attempt) == ("queued", 2)
+
+
+def _why(client: TestClient, job_id: str) -> str:
+    page = client.get(f"/job?id={job_id}").text
+    return html.unescape(page.split('id="job-waiting">', 1)[1].split("</dd>", 1)[0])
+
+
 def test_a_queued_job_says_why_it_is_not_taken(client: TestClient, store: HubStore) -> None:
     later = AssignJobFactory.create(status="queued",
                                     not_before_ms=now_ms() + 3_600_000).job_id
-    assert "due later" in client.get(f"/job?id={later}").text
-    backing_off = _job(store, "failed", max_retries=2)
-    store.retry_assign(backing_off, retry_backoff_ms=60_000)
-    retried = present(store.get_assign(backing_off))
-    assert retried.not_before_ms is not None and retried.retry_count == 1
-    assert "back-off after retry 1" in client.get(f"/job?id={backing_off}").text
+    assert _why(client, later).startswith("scheduled: due ")
+    store.assign_async("lead", "w2", max_retries=1, retry_backoff_ms=600_000)
+    backing_off = present(store.claim_next_assign("w2"))
+    store.finish_assign(backing_off, "failed")  # retried, after its back-off
+    assert _why(client, backing_off.job_id).startswith("back-off after retry 1: due ")
     now = _job(store)
-    assert "waiting for worker" in client.get(f"/job?id={now}").text
+    assert _why(client, now) == "due: waiting for worker 'w1' to claim it"
+    store.set_assign_limit("codex", max_running=1)
+    store.assign_async("lead", "w3", limit_key="codex")
+    present(store.claim_next_assign("w3"))
+    held = store.assign_async("lead", "w3", limit_key="codex", unique_key="nightly")
+    assert _why(client, held.job_id) == "limit codex: 1/1 running"
+    detail = client.get(f"/job?id={held.job_id}").text
+    assert ">codex (limit: 1/1 running)<" in detail and ">nightly<" in detail
+    listed = client.get("/jobs?status=queued").text
+    assert "limit codex: 1/1 running" in listed and "back-off after retry 1" in listed
     assert client.get("/job?id=missing").status_code == 404
+
+
+def test_the_overview_shows_each_workers_queued_and_running_jobs(client: TestClient,
+                                                                 store: HubStore) -> None:
+    store.assign_many("lead", "w1", [{}, {}, {}])
+    store.assign_many("lead", "w2", [{}, {}])
+    present(store.claim_next_assign("w2"))
+    store.assign_async("lead", "w3")
+    store.finish_assign(present(store.claim_next_assign("w3")), "succeeded")
+    page = client.get("/").text.split('id="workers-h"', 1)[1].split("</section>", 1)[0]
+    rows = [row.split("</tr>", 1)[0] for row in page.split("<tr><td>")[1:]]
+    assert [html.unescape(r).split(">", 2)[1].split("<", 1)[0] for r in rows] == ["w1", "w2"]
+    assert rows[0].endswith("<td>3</td><td>0</td>") and rows[1].endswith("<td>1</td><td>1</td>")
+
+
+def test_the_overview_lists_the_assign_limits(client: TestClient, store: HubStore) -> None:
+    assert "No assign limit is set" in client.get("/").text
+    store.set_assign_limit("gemini", max_starts=60, per_ms=60_000)
+    store.set_assign_limit("codex", max_running=2)
+    store.assign_async("lead", "w1", limit_key="codex")
+    present(store.claim_next_assign("w1"))
+    page = client.get("/").text
+    rows = {row.split('"', 1)[0]: row for row in page.split('data-limit="')[1:]}
+    assert "<td>1</td><td>2</td>" in rows["codex"]
+    assert "<td>0</td><td>60</td><td>1m</td>" in rows["gemini"]
+
+
+def test_a_bad_cursor_or_filter_is_refused_with_a_reason(client: TestClient) -> None:
+    bad = client.get("/jobs?after=not-a-cursor")
+    assert bad.status_code == 400 and "cursor" in bad.text
+    assert client.get("/live/jobs?after=not-a-cursor").status_code == 400
 
 
 def test_dead_letters_requeue_and_discard(operator: TestClient, store: HubStore) -> None:
@@ -217,6 +272,19 @@ def test_human_requests_are_answered_by_kind(operator: TestClient, store: HubSto
         stored = present(store.get_human_request(req.request_id))
         assert (stored.state, stored.response) == (state, response)
     assert store.get_pending_human_requests() == []
+
+
+def test_an_answer_after_someone_elses_is_not_kept_and_says_so(operator: TestClient,
+                                                               store: HubStore) -> None:
+    request = store.insert_human_request("a", "approval", "ship?")
+    token = csrf(operator, "/human-requests")  # the page shown while it was pending
+    store.answer_human_request(request.request_id, "declined")  # another operator
+    late = operator.post("/human-requests/answer", data={
+        "id": request.request_id, "decision": "accept", "csrf": token})
+    assert late.status_code == 200
+    assert "someone else answered it first (it is declined): yours was not kept" in late.text
+    stored = present(store.get_human_request(request.request_id))
+    assert (stored.state, stored.response) == ("declined", None)
 
 
 def test_a_choice_outside_the_options_is_refused(operator: TestClient, store: HubStore) -> None:
@@ -271,6 +339,21 @@ def test_reflexion_search_edit_and_delete(operator: TestClient, store: HubStore)
     assert store.get_reflexion(other.id) is None
 
 
+def test_the_reflexion_list_is_paged_in_list_reflexions_order(client: TestClient,
+                                                              store: HubStore) -> None:
+    for i in range(55):
+        ReflexionEntryFactory.create(confidence=(i % 7) / 7, type="adaptive")
+    ReflexionEntryFactory.create(type="reflexion")
+    listed = [e.id for e in store.list_reflexion(type="adaptive")]
+    first = client.get("/reflexion?type=adaptive").text
+    link = first.split('rel="next"')[0].rsplit('href="', 1)[1].split('"')[0]
+    second = client.get(html.unescape(link)).text
+    assert "Next page" not in second and "First page" in second
+    shown = [page.split("/reflexion/entry?id=")[1:] for page in (first, second)]
+    assert [len(page) for page in shown] == [50, 5]
+    assert [part.split('"', 1)[0] for page in shown for part in page] == listed
+
+
 def test_metrics_are_the_hubs_figures(client: TestClient, store: HubStore) -> None:
     store.register_agent("w1", "codex")
     for status in ("queued", "queued", "running", "failed"):
@@ -296,27 +379,6 @@ def test_metrics_are_the_hubs_figures(client: TestClient, store: HubStore) -> No
     assert message.priority == 8
 
 
-def test_jobs_page_past_any_count_in_order(store: HubStore) -> None:
-    for i in range(23):
-        AssignJobFactory.create(worker_agent=f"w{i % 3}", status=["queued", "failed"][i % 2],
-                                updated_at_ms=1_000 + i // 4)  # ties on updated_at_ms
-    everything = sorted(store.list_assigns(limit=100),
-                        key=lambda j: (j.updated_at_ms, j.job_id), reverse=True)
-    for filters in (JobFilters(), JobFilters(status="failed"), JobFilters(worker_agent="w1"),
-                    JobFilters(worker_agent="w1", status="queued")):
-        seen, cursor = [], None
-        while True:
-            page = page_jobs(store, filters, cursor, limit=4)
-            seen += [j.job_id for j in page.jobs]
-            if page.next_cursor is None:
-                break
-            cursor = page.next_cursor
-        wanted = [j.job_id for j in everything
-                  if (not filters.status or j.status == filters.status)
-                  and (not filters.worker_agent or j.worker_agent == filters.worker_agent)]
-        assert seen == wanted, filters
-
-
 def test_the_jobs_page_links_its_next_page(client: TestClient, store: HubStore) -> None:
     for _ in range(55):
         _job(store)
@@ -328,11 +390,7 @@ def test_the_jobs_page_links_its_next_page(client: TestClient, store: HubStore) 
 
 
 def test_the_consoles_reads_use_indexes(store: HubStore, backend: str) -> None:
-    statements = [AGENTS_BY_STATUS, PENDING, LATEST, finished_since(0),
-                  page_statement(JobFilters(), (5, "x"), 51),
-                  page_statement(JobFilters(status="queued"), None, 51),
-                  page_statement(JobFilters(worker_agent="w"), (5, "x"), 51),
-                  page_statement(JobFilters(supervisor_agent="s"), None, 51)]
+    statements = [AGENTS_BY_STATUS, PENDING, LATEST, finished_since(0)]
     for statement in statements:
         plan = query_plan(store, statement)
         assert "Seq Scan" not in plan, plan

@@ -37,6 +37,7 @@ VALID: dict[str, Any] = {
     "jobs": [{"task": "t"}], "reports": [{"job_id": "j-1", "status": "running"}],
     "attempt": 1, "extend": None, "limit_key": "codex", "opt_count1": 2, "cron": None,
     "every": 60_000, "page_cursor": None,
+    "human_answer": "accepted", "reflexion_cursor": None,
     "claimed_job": AssignJob(job_id="j-1", worker_agent="agent-1", attempt=1),
 }
 
@@ -106,6 +107,7 @@ def test_lone_surrogates_and_nul_in_text_are_refused_everywhere(
 JSON_ARGUMENTS = [
     ("audit_log", "payload"), ("create_assign", "payload"), ("create_assign", "result"),
     ("insert_human_request", "requested_schema"), ("update_human_request", "response"),
+    ("answer_human_request", "response"),
     ("register_agent", "capabilities"), ("register_agent", "metadata"),
     ("report_assign_result", "error"), ("add_reflexion", "context"),
     ("save_pipeline_state", "artifacts"), ("update_assign_status", "payload"),

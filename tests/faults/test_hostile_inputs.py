@@ -161,6 +161,7 @@ def valid(kind: str, pools: Pools) -> st.SearchStrategy[Any]:
     enums = {"cli": AGENT_CLIS, "agent_status": AGENT_STATUSES, "msg_type": MESSAGE_TYPES,
              "msg_status": MESSAGE_STATUSES, "assign_status": ASSIGN_STATUSES,
              "human_kind": HUMAN_KINDS, "human_state": HUMAN_STATES,
+             "human_answer": tuple(s for s in HUMAN_STATES if s != "pending"),
              "human_action": HUMAN_DEFAULT_ACTIONS, "reflexion_type": REFLEXION_TYPES}
     if kind in enums:
         return st.sampled_from(list(enums[kind]))
@@ -200,6 +201,7 @@ def valid(kind: str, pools: Pools) -> st.SearchStrategy[Any]:
         "cron": st.none() | st.sampled_from(["*/5 * * * *", "0 3 * * *"]),
         "every": st.none() | st.integers(1_000, 10**9),
         "page_cursor": st.none() | st.sampled_from(["1:a", "9999999999999:z"]),
+        "reflexion_cursor": st.none() | st.sampled_from(["0.5:1:a", "1.0:9999999999999:z"]),
         "extend": st.none() | st.integers(1, 86_400_000),
         # (a job as a claim hands it out: its id, its worker and its attempt)
         "claimed_job": st.builds(lambda job_id, worker, attempt: AssignJob(
@@ -271,6 +273,8 @@ METHODS: dict[str, dict[str, str]] = {
     "get_human_request": {"request_id": "request"},
     "update_human_request": {"request_id": "request", "state": "human_state",
                              "response": "json"},
+    "answer_human_request": {"request_id": "request", "state": "human_answer",
+                             "response": "json"},
     "get_pending_human_requests": {},
     "expire_human_requests": {"now_ms": "time"},
     "move_to_dead_letter": {"message_id": "message", "reason": "text",
@@ -337,6 +341,9 @@ METHODS: dict[str, dict[str, str]] = {
                         "now_ms": "time"},
     "list_reflexion": {"type": "reflexion_type", "min_confidence": "confidence",
                        "project_slug": "opt_text"},
+    "page_reflexion": {"type": "reflexion_type", "min_confidence": "confidence",
+                       "project_slug": "opt_text", "limit": "feed_batch",
+                       "after": "reflexion_cursor"},
     "patch_reflexion": {"id": "entry", "**": "reflexion_patch"},
     "delete_reflexion": {"id": "entry"},
     "get_pipeline_state": {"team_name": "team"},

@@ -164,6 +164,22 @@ def test_claim_mode_claims_every_job_once(empty_url: URL) -> None:
     assert "trace" in per_job["method"]
 
 
+def test_claim_mode_beside_a_lane_without_the_worker_counts(empty_url: URL) -> None:
+    """Revision 0015's per-worker count triggers, taken away on the lane's databases (the
+    run fails if they are not there to take), its runs paired with hubstore's."""
+    payload = bench(empty_url, "--claim", "--processes", "1", "--jobs", "20", "--repeat",
+                    "2", "--claim-lanes", "no-worker-counts")
+    assert payload["ok"] is True, payload["errors"]
+    lane = payload["no-worker-counts_runs"]
+    assert len(lane) == 2 and all(run["statuses"] == {"succeeded": 20} for run in lane)
+    for what in ("jobs_per_s", "enqueue_jobs_per_s"):
+        pairs = sorted(mine[what] / theirs[what]
+                       for mine, theirs in zip(lane, payload["runs"], strict=True))
+        assert payload[f"no-worker-counts_paired_{what}_share"] == pytest.approx(
+            (pairs[0] + pairs[1]) / 2, rel=1e-3)
+    assert all(run["enqueue_jobs_per_s"] > 0 for run in payload["runs"])
+
+
 def test_claim_mode_with_the_raw_driver_lane_claims_every_job_once(empty_url: URL) -> None:
     """The psycopg-alone claimers run hubstore's statements: each job claimed once and
     finished (succeeded, with its completed event), as hubstore's own claimers do."""

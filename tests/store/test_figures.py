@@ -74,3 +74,7 @@ def test_the_urgent_threshold_is_in_every_rule() -> None:
 @pytest.mark.parametrize("counter", sorted(figures.COUNTS))
 def test_plain_counts_name_every_counter(counter: str) -> None:
     assert f" AS {counter}" in str(figures.PLAIN_COUNTS)
+
+
+def test_revision_0015_counts_what_figures_says() -> None:
+    assert revision("0015").WORKER_COUNTS == figures.WORKER_COUNTS

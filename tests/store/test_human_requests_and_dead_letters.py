@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
 import pytest
+from sqlalchemy.engine import URL
 
 from hubstore import HubStore, ValidationError
 from hubstore.ids import now_ms
@@ -133,3 +137,53 @@ def test_human_request_methods_take_request_id_by_keyword(store: HubStore) -> No
     again = store.get_human_request(request_id=request.request_id)
     assert again is not None and (again.state, again.response) == ("accepted", {"ok": True})
     assert store.update_human_request(request_id="missing", state="declined") is False
+
+
+def test_answer_human_request_answers_a_pending_request_once(store: HubStore) -> None:
+    req = HumanRequestFactory.create()
+    answered = present(store.answer_human_request(req.request_id, "accepted", {"text": "yes"}))
+    assert (answered.state, answered.response) == ("accepted", {"text": "yes"})
+    assert answered.to_dict() == present(store.get_human_request(req.request_id)).to_dict()
+    assert store.answer_human_request(req.request_id, "declined") is None  # kept as it was
+    stored = present(store.get_human_request(req.request_id))
+    assert (stored.state, stored.response) == ("accepted", {"text": "yes"})
+    assert store.answer_human_request("missing", "accepted") is None
+    expired = HumanRequestFactory.create(deadline_ms=now_ms() - 1)
+    store.expire_human_requests()
+    assert store.answer_human_request(expired.request_id, "accepted") is None
+    assert store.update_human_request(req.request_id, "declined") is True  # the reference's
+
+
+@pytest.mark.parametrize(("state", "response"), [("pending", None), ("maybe", None),
+                                                 ("accepted", float("nan"))])
+def test_answer_human_request_refuses_a_bad_answer(store: HubStore, state: str,
+                                                   response: object) -> None:
+    req = HumanRequestFactory.create()
+    with pytest.raises(ValidationError, match=r"state|response"):
+        store.answer_human_request(req.request_id, state, response)  # type: ignore[arg-type]
+    assert present(store.get_human_request(req.request_id)).state == "pending"
+
+
+def test_of_answers_made_at_once_exactly_one_is_kept(store: HubStore, db_url: URL) -> None:
+    """Eight operators, each with a store of its own, answer the same requests at once."""
+    answerers = 8
+    requests = [HumanRequestFactory.create().request_id for _ in range(5)]
+    start = threading.Barrier(answerers)
+
+    def answer(k: int) -> list[bool]:
+        with HubStore.open(db_url) as mine:
+            mine.get_human_request(requests[0])  # connected before the start
+            kept = []
+            for request_id in requests:
+                start.wait(timeout=30)
+                kept.append(mine.answer_human_request(
+                    request_id, "accepted", {"text": f"operator {k}"}) is not None)
+            return kept
+
+    with ThreadPoolExecutor(answerers) as pool:
+        results = list(pool.map(answer, range(answerers)))
+    for i, request_id in enumerate(requests):
+        winners = [k for k in range(answerers) if results[k][i]]
+        assert len(winners) == 1, (request_id, winners)
+        stored = present(store.get_human_request(request_id))
+        assert stored.response == {"text": f"operator {winners[0]}"}

@@ -100,6 +100,50 @@ def test_list_refuses_bad_filters(store: HubStore, kwargs: dict[str, Any]) -> No
         store.list_reflexion(**kwargs)
 
 
+# --- page_reflexion -------------------------------------------------------------------
+
+def _pages(store: HubStore, size: int, **filters: Any) -> list[list[str]]:
+    pages, after = [], None
+    while True:
+        page = store.page_reflexion(**filters, limit=size, after=after)
+        pages.append(ids(page.entries))
+        if page.next is None:
+            return pages
+        after = page.next
+
+
+def test_pages_hold_the_lists_entries_once_in_its_order(store: HubStore) -> None:
+    """Ties on confidence and on updated_at_ms, confidences that are no short decimal,
+    ids with the cursor's separator: every page continues exactly where the last ended."""
+    for i in range(23):
+        ReflexionEntryFactory.create(
+            id=f"id:{i % 5}:{i}", confidence=[0.1, 1 / 3, 0.9, 0.9][i % 4],
+            updated_at_ms=[5, 5, 7][i % 3], type=["reflexion", "adaptive"][i % 2],
+            adaptive_state={"project_slug": ["a", "b"][i % 2]})
+    for filters in ({}, {"type": "adaptive"}, {"min_confidence": 1 / 3},
+                    {"project_slug": "b", "min_confidence": 0.5}):
+        listed = ids(store.list_reflexion(**filters))
+        for size in (1, 4, 23, 1_000):
+            pages = _pages(store, size, **filters)
+            assert [e for page in pages for e in page] == listed, (filters, size)
+            assert all(len(page) == size for page in pages[:-1])
+    last = store.page_reflexion(limit=23)
+    assert len(last.entries) == 23 and last.next is None
+
+
+@pytest.mark.parametrize("after", ["", "x", "0.5:5", "nan:5:i", "0.5:five:i", "0.5:5:",
+                                   "0.5:99999999999999999999:i", 5, ["0.5:5:i"]])
+def test_a_bad_reflexion_cursor_is_refused(store: HubStore, after: Any) -> None:
+    with pytest.raises(ValidationError, match="after"):
+        store.page_reflexion(after=after)
+
+
+@pytest.mark.parametrize("limit", [0, 1_001, 2.5, "5", True])
+def test_a_bad_reflexion_page_size_is_refused(store: HubStore, limit: Any) -> None:
+    with pytest.raises(ValidationError, match="limit"):
+        store.page_reflexion(limit=limit)
+
+
 # --- the project_slug index ----------------------------------------------------------
 
 def _fill(store: HubStore, count: int) -> None:

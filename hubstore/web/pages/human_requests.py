@@ -8,6 +8,10 @@ Answers (the request's ``response``): approval ``{"approved": true|false}``; cho
 credential ``{"credential": ...}``. Any kind may be declined (state ``declined``, no
 response). A credential is typed into a masked field, and is never rendered back, logged
 or put in a URL: after the answer the page shows only that it was answered.
+
+A request is answered once (``answer_human_request``, a guarded UPDATE): when two
+operators answer at once, the second is told that someone else answered first, and
+what the request's state now is.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from starlette.routing import Route
 from hubstore.errors import HubStoreError
 from hubstore.ids import now_ms
 from hubstore.models import HumanRequest
+from hubstore.types import HumanState
 from hubstore.web.console import (
     back,
     checked_form,
@@ -74,7 +79,7 @@ class _Refused(Exception):
     pass
 
 
-def _answer(human: HumanRequest, decision: str, form: Any) -> tuple[str, Any]:
+def _answer(human: HumanRequest, decision: str, form: Any) -> tuple[HumanState, Any]:
     """(state, response) for the posted answer; _Refused with a reason people read."""
     if decision == "decline":
         return "declined", None
@@ -105,11 +110,9 @@ async def answer(request: Request) -> Response:
     if human is None:
         return await render(request, "missing.html", {"what": "human request"},
                             status_code=404)
-    if human.state != "pending":
-        return back(request, "human_requests", f"already {human.state}")
     try:
         state, response = _answer(human, field(form, "decision"), form)
-        await store.update_human_request(request_id, state, response)  # type: ignore[arg-type]
+        answered = await store.answer_human_request(request_id, state, response)
     except _Refused as exc:
         return await render(request, "failed.html", {"error": str(exc), "code": "VALIDATION"},
                             status_code=400)
@@ -120,6 +123,11 @@ async def answer(request: Request) -> Response:
                 "error": "the store refused the credential (it is not kept)",
                 "code": exc.code}, status_code=400)
         return await failed(request, exc)
+    if answered is None:  # answered elsewhere (or timed out) since the page was shown
+        now = await store.get_human_request(request_id)
+        log.info("console: human request %s was answered elsewhere first", request_id)
+        return back(request, "human_requests", "someone else answered it first (it is "
+                    f"{now.state if now is not None else 'gone'}): yours was not kept")
     log.info("console: human request %s (%s) %s", request_id, human.kind, state)
     return back(request, "human_requests", f"answered: {state}")
 

@@ -1,4 +1,6 @@
-"""Jobs: a filtered list paged past any count, a job with its messages, retry, cancel."""
+"""Jobs: a filtered list paged past any count (``page_assigns``), a job with its messages,
+why a queued one is not taken yet (``waiting_reason``, as ``hubstore jobs`` says it),
+retry (or, once its retries are spent, retry anyway), cancel."""
 
 from __future__ import annotations
 
@@ -9,14 +11,17 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from hubstore.errors import HubStoreError
+from hubstore.errors import HubStoreError, RetryExhausted, ValidationError
 from hubstore.ids import now_ms
-from hubstore.models import ASSIGN_STATUSES, AssignJob
-from hubstore.web.console import back, checked_form, console_of, failed, field, render
-from hubstore.web.queries import JobFilters, page_jobs
+from hubstore.models import ASSIGN_STATUSES, AssignJob, AssignLimit
+from hubstore.services.assign_listing import job_waiting_reason
+from hubstore.web.console import back, checked_form, console_of, failed, field, render, when
+from hubstore.web.queries import JobFilters
 
 log = logging.getLogger("hubstore.web")
 REQUESTED_BY = "console"
+#: Jobs a page shows.
+PAGE = 50
 
 
 def _filters(request: Request) -> JobFilters:
@@ -30,40 +35,50 @@ def _filters(request: Request) -> JobFilters:
 
 
 async def _list_context(request: Request) -> dict[str, Any]:
+    """A page of jobs (``page_assigns``: a keyset cursor, past any count), each queued one
+    with why it is not taken yet."""
     filters = _filters(request)
     cursor = request.query_params.get("after") or None
-    page = await console_of(request).store.run_sync(
-        lambda s: page_jobs(s, filters, cursor))
+    store = console_of(request).store
+    page = await store.page_assigns(**filters.arguments(), limit=PAGE, after=cursor)
+    limits = await store.get_assign_limits()
+    now = now_ms()
     query = filters.items()
     next_url = None
-    if page.next_cursor is not None:
-        next_url = request.url_for("jobs").include_query_params(
-            **query, after=page.next_cursor)
+    if page.next is not None:
+        next_url = request.url_for("jobs").include_query_params(**query, after=page.next)
     return {"page": page, "filters": filters, "statuses": ASSIGN_STATUSES,
+            "waiting": {job.job_id: _why(job, limits, now) for job in page.jobs},
             "next_url": next_url, "first_page": cursor is None,
             "first_url": request.url_for("jobs").include_query_params(**query),
             "live_url": request.url_for("jobs_live").include_query_params(
-                **request.query_params), "now": now_ms()}
+                **request.query_params), "now": now}
+
+
+def _why(job: AssignJob, limits: dict[str, AssignLimit], now: int) -> str:
+    """Why a queued job is not taken yet, for people ('' when it is not queued)."""
+    if job.status != "queued":
+        return ""
+    at, why = job_waiting_reason(job, limits, now)
+    if at is not None:
+        return f"{why}: due {when(at)} UTC"
+    return why or f"due: waiting for worker {job.worker_agent!r} to claim it"
+
+
+async def _page(request: Request, template: str) -> Response:
+    try:
+        context = await _list_context(request)
+    except ValidationError as exc:  # a filter or cursor no page gave
+        return await failed(request, exc)
+    return await render(request, template, context)
 
 
 async def jobs(request: Request) -> Response:
-    return await render(request, "jobs.html", await _list_context(request))
+    return await _page(request, "jobs.html")
 
 
 async def jobs_live(request: Request) -> Response:
-    return await render(request, "jobs_live.html", await _list_context(request))
-
-
-def why_waiting(job: AssignJob, now: int) -> str | None:
-    """Why a queued job is not taken yet (None when it is not queued)."""
-    if job.status != "queued":
-        return None
-    if job.not_before_ms is not None and job.not_before_ms > now:
-        if job.retry_count and job.last_retry_at_ms is not None:
-            return (f"back-off after retry {job.retry_count}: not taken before "
-                    f"{job.not_before_ms} (ms since the epoch)")
-        return f"due later: not taken before {job.not_before_ms} (ms since the epoch)"
-    return f"due now: waiting for worker {job.worker_agent!r} to claim it"
+    return await _page(request, "jobs_live.html")
 
 
 async def _job_context(request: Request) -> dict[str, Any] | None:
@@ -73,9 +88,14 @@ async def _job_context(request: Request) -> dict[str, Any] | None:
     if job is None:
         return None
     messages = await store.get_messages_by_trace(job.trace_id)
+    limits = await store.get_assign_limits()
     now = now_ms()
-    return {"job": job, "messages": messages, "waiting": why_waiting(job, now), "now": now,
-            "can_retry": job.status in ("failed", "timed_out"),
+    held = limits.get(job.limit_key) if job.limit_key is not None else None
+    retryable = job.status in ("failed", "timed_out")
+    return {"job": job, "messages": messages, "waiting": _why(job, limits, now), "now": now,
+            "limit": held.to_dict() if held is not None else None,
+            "can_retry": retryable and job.retry_count < job.max_retries,
+            "can_force": retryable and job.retry_count >= job.max_retries,
             "can_cancel": job.status in ("queued", "running")}
 
 
@@ -99,11 +119,19 @@ async def retry(request: Request) -> Response:
         return form
     job_id = field(form, "id")
     reason = field(form, "reason").strip() or "retried from the console"
+    force = field(form, "force") == "1"
     try:
-        await console_of(request).store.schedule_assign_retry(job_id, reason, REQUESTED_BY)
+        await console_of(request).store.schedule_assign_retry(job_id, reason, REQUESTED_BY,
+                                                              force=force)
+    except RetryExhausted as exc:  # the page was older than the job's last retry
+        return await render(request, "failed.html", {
+            "error": f"{exc}: the job's page now offers to retry it anyway",
+            "code": exc.code, "retry_url": request.url_for("job").include_query_params(
+                id=job_id)}, status_code=409)
     except HubStoreError as exc:
         return await failed(request, exc)
-    log.info("console: job %s retried", job_id)
+    log.info("console: job %s retried%s", job_id, " anyway (its retries were spent)"
+             if force else "")
     return back(request, "job", "retry scheduled", id=job_id)
 
 

@@ -1,4 +1,5 @@
-"""The overview: agents with their lease, jobs per worker, the hub's figures."""
+"""The overview: agents with their lease, jobs per worker, the assign limits (quotas), the
+hub's figures."""
 
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ async def _context(request: Request) -> dict[str, Any]:
     snap = await store.run_sync(snapshot)
     agents = await store.list_all_agents()
     depths = await store.run_sync(worker_depths)
-    return {"snap": snap, "agents": agents, "depths": depths, "now": now_ms(),
-            "jobs": snap.jobs_by_status, "figures": snap.figures}
+    limits = [limit.to_dict() for limit in (await store.get_assign_limits()).values()]
+    return {"snap": snap, "agents": agents, "depths": depths, "limits": limits,
+            "now": now_ms(), "jobs": snap.jobs_by_status, "figures": snap.figures}
 
 
 async def overview(request: Request) -> Response:

@@ -1,5 +1,6 @@
-"""Reflexion entries: list and filter (list_reflexion), search by error text
-(lookup_solution), edit (patch_reflexion) and delete (delete_reflexion)."""
+"""Reflexion entries: list and filter (page_reflexion: list_reflexion's entries and order,
+a page at a time), search by error text (lookup_solution), edit (patch_reflexion) and
+delete (delete_reflexion)."""
 
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ from hubstore.store import HubStore
 from hubstore.web.console import back, checked_form, console_of, failed, field, render
 
 log = logging.getLogger("hubstore.web")
-#: Entries a list shows at most (list_reflexion returns every match).
-SHOWN = 200
+#: Entries a page shows (page_reflexion: list_reflexion's order, a page at a time).
+PAGE = 50
 #: The fields the edit form sets (patch_reflexion's).
 TEXT_FIELDS = ("error_pattern", "error_message", "solution")
 
@@ -37,22 +38,33 @@ async def reflexion(request: Request) -> Response:
     search = q.get("q", "").strip()
     kind = q.get("type", "")
     slug = q.get("project_slug", "").strip()
+    minimum = q.get("min_confidence", "")
+    cursor = q.get("after") or None
     store = console_of(request).store
+    next_url = None
     try:
         if search:
             found = await store.run_sync(lambda s: lookup_solution(s, search))
             entries: list[ReflexionEntry] = found.entries
         else:
-            entries = await store.list_reflexion(
+            page = await store.page_reflexion(
                 type=kind if kind in REFLEXION_TYPES else None,
-                min_confidence=_float(q.get("min_confidence", ""), "min_confidence"),
-                project_slug=slug or None)
+                min_confidence=_float(minimum, "min_confidence"), project_slug=slug or None,
+                limit=PAGE, after=cursor)
+            entries = page.entries
+            if page.next is not None:
+                filters = {k: v for k, v in (("type", kind), ("project_slug", slug),
+                                             ("min_confidence", minimum)) if v}
+                next_url = request.url_for("reflexion").include_query_params(
+                    **filters, after=page.next)
     except HubStoreError as exc:
         return await failed(request, exc)
     return await render(request, "reflexion.html", {
-        "entries": entries[:SHOWN], "total": len(entries), "shown": SHOWN, "q": search,
-        "type": kind, "types": REFLEXION_TYPES, "project_slug": slug,
-        "min_confidence": q.get("min_confidence", "")})
+        "entries": entries, "q": search, "type": kind, "types": REFLEXION_TYPES,
+        "project_slug": slug, "min_confidence": minimum, "next_url": next_url,
+        "first_page": cursor is None,
+        "first_url": request.url_for("reflexion").include_query_params(
+            **{k: v for k, v in q.items() if k != "after"})})
 
 
 async def entry(request: Request) -> Response:

@@ -1,4 +1,5 @@
-// The console's own script: shows whether the live updates are connected.
+// The console's own script: shows whether the live updates are connected, and marks
+// the live parts' refreshes.
 (function () {
   "use strict";
   function show(state, text) {
@@ -14,5 +15,13 @@
   });
   document.addEventListener("htmx:sseClose", function (e) {
     if (e.target === document.body) { show("closed", "not live"); }
+  });
+  // A live part counts its refreshes (data-refreshed): the first comes with the event
+  // that every page hears when it connects, so a page has settled once each part has one.
+  document.addEventListener("htmx:afterSettle", function (e) {
+    var part = e.target;
+    if (part && part.classList && part.classList.contains("live-part")) {
+      part.dataset.refreshed = String(Number(part.dataset.refreshed || "0") + 1);
+    }
   });
 })();
