@@ -29,6 +29,7 @@ import argparse
 import multiprocessing as mp
 import os
 import re
+import statistics
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -85,6 +86,24 @@ class Server:
 
     def drop(self, name: str) -> None:
         self.admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def tuples_fetched(self, database: str) -> int:
+        """pg_stat_database.tup_fetched of ``database``: rows its backends fetched (by
+        index scans, catalog reads included), a measure of read work per job. Read once
+        no backend is left on the database (a backend reports its counts as it exits)
+        and two reads agree."""
+        deadline = time.monotonic() + 10
+        last = None
+        while time.monotonic() < deadline:
+            if not self.one("SELECT count(*) FROM pg_stat_activity WHERE datname = %s",
+                            database):
+                seen = int(self.one(
+                    "SELECT tup_fetched FROM pg_stat_database WHERE datname = %s", database))
+                if seen == last:
+                    return seen
+                last = seen
+            time.sleep(0.2)
+        raise RuntimeError(f"{database}: its backends did not leave within 10 s")
 
     def durability(self) -> dict[str, str]:
         """The server's synchronous_commit and fsync, and where each comes from."""
@@ -222,8 +241,12 @@ def one_run(ctx: Any, server: Server, peer: Peer, batch: int, repeat: int,
         handled: list[str] = []
         if claims:
             load.append(round(os.getloadavg()[0], 2))
+            fetched = server.tuples_fetched(name)
             claim = claim_phase(ctx, peer.name, dsn, batch, args.processes)
             run["rates"][f"claim_{batch}"] = round(args.jobs / claim["seconds"], 1)
+            # (the workers have exited: their backends' counts are flushed)
+            run["fetched_per_job"] = round(
+                (server.tuples_fetched(name) - fetched) / args.jobs, 1)
             run["per_worker"] = claim["per_worker"]
             run["start_skew_ms"] = claim["start_skew_ms"]
             handled = claim["ids"]
@@ -301,6 +324,11 @@ def _medians(systems: dict[str, dict[str, Any]], runs: list[dict[str, Any]]
             rates = [r["rates"][lane] for r in runs if r["system"] == system
                      and lane in r["rates"]]
             out[system][lane] = {**spread(rates), "runs": rates} if rates else None
+        for batch in (1, BATCH):
+            fetched = [r["fetched_per_job"] for r in runs if r["system"] == system
+                       and r["mode"] == batch and "fetched_per_job" in r]
+            out[system][f"fetched_per_job_{batch}"] = (
+                statistics.median(fetched) if fetched else None)
     return out
 
 
@@ -364,7 +392,13 @@ def table(args: argparse.Namespace, systems: dict[str, dict[str, Any]],
         body.append([f"hubstore / {system}", *(
             "n/a" if by_lane[lane] is None else ratio_cell(by_lane[lane]["of_medians"])
             for lane in LANES)])
-    lines = [format_table(head, body), "",
+    fetched_head = ["tuples fetched per job (pg_stat_database), median",
+                    "claim+complete 1/claim", f"claim+complete {BATCH}/claim"]
+    fetched_body = [[system, *(f"{results[system][key]:,.1f}"
+                               if results[system].get(key) is not None else "n/a"
+                               for key in ("fetched_per_job_1", f"fetched_per_job_{BATCH}"))]
+                    for system, about in systems.items() if not about["skipped"]]
+    lines = [format_table(head, body), "", format_table(fetched_head, fetched_body), "",
              f"{args.jobs:,} no-op jobs, {args.processes} worker processes, {args.repeat} "
              f"repeat(s); every system and mode on a fresh database of its own on one "
              f"server (PostgreSQL {args.durability['version']}); ratios: of "

@@ -104,6 +104,9 @@ def test_peers_lane_runs_each_installed_peer_beside_hubstore(server: URL) -> Non
     payload, table = peers(server)
     assert payload["ok"] is True
     assert_each_job_once(payload, "hubstore")
+    # read work per job, from the server's own counters (a claim reads at least its job)
+    assert payload["results"]["hubstore"]["fetched_per_job_1"] >= 1
+    assert "tuples fetched per job (pg_stat_database)" in table
     for peer, module in (("pgqueuer", "asyncpg"), ("procrastinate", "procrastinate")):
         about = payload["systems"][peer]
         if util.find_spec(peer) is None or util.find_spec(module) is None:
