@@ -304,9 +304,10 @@ class AssignLimit(Base):
     ``key`` running at once, and at most ``max_starts`` of them started in any
     ``per_ms``. Claims skip a job whose key has no room (services/claims.py).
 
-    ``running`` and ``starts`` (the start times of the key's recent jobs) are kept by
-    triggers on assign_jobs, whoever moves a job; ``set_assign_limit`` counts them again
-    from the jobs.
+    ``started`` (how many of the key's jobs started running) and ``starts`` (the start
+    times of the key's recent jobs) are kept by triggers on assign_jobs, whoever moves a
+    job, as are its releases (:class:`AssignLimitRelease`); ``running`` is the one less
+    the other. ``set_assign_limit`` counts them again from the jobs.
     """
 
     __tablename__ = "assign_limits"
@@ -321,17 +322,25 @@ class AssignLimit(Base):
     max_running: Mapped[int | None] = mapped_column(BigInteger)
     max_starts: Mapped[int | None] = mapped_column(BigInteger)
     per_ms: Mapped[int | None] = mapped_column(Millis)
-    #: The key's jobs running now.
-    running: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    #: How many of the key's jobs started running (since the limit was last set).
+    started: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     #: The start times (ms) of the key's most recent starts: on PostgreSQL sorted, the
     #: ``max_starts`` newest; on SQLite those of the last two windows.
     starts: Mapped[Any] = mapped_column("starts_json", JSONText("[]"),
                                         server_default=text("'[]'"))
-    #: When one of the key's jobs last stopped running: a job started in the room it
-    #: left is stamped no earlier (services/claims.py).
-    released_at_ms: Mapped[int | None] = mapped_column(Millis)
     created_at_ms: Mapped[int] = mapped_column(Millis)
     updated_at_ms: Mapped[int] = mapped_column(Millis)
+
+    @property
+    def running(self) -> int:
+        """The key's jobs running now: ``started`` less the releases (as
+        ``get_assign_limits`` and ``set_assign_limit`` read them)."""
+        return int(self.__dict__.get("_running", self.started or 0))
+
+    def counted(self, released: int) -> AssignLimit:
+        """This limit, its running count taken as ``started`` less ``released``."""
+        self.__dict__["_running"] = (self.started or 0) - released
+        return self
 
     def recent_starts(self, now: int) -> int:
         """How many of the key's jobs started in the ``per_ms`` before ``now`` (0 when
@@ -347,6 +356,23 @@ class AssignLimit(Base):
         return {"key": self.key, "max_running": self.max_running,
                 "max_starts": self.max_starts, "per_ms": self.per_ms,
                 "running": self.running, "recent_starts": self.recent_starts(now_ms())}
+
+
+class AssignLimitRelease(Base):
+    """How many of a limit's jobs stopped running, and when the latest did (revision
+    0014): a few rows per key, each finishing job counted on the one its transaction's
+    id picks (PostgreSQL: 8; SQLite: 1), so that finishing jobs never wait for the key's
+    row, which claims lock. Kept by triggers on assign_jobs."""
+
+    __tablename__ = "assign_limit_releases"
+
+    key: Mapped[str] = mapped_column(
+        Text, ForeignKey("assign_limits.key", ondelete="CASCADE"), primary_key=True)
+    stripe: Mapped[int] = mapped_column(Integer, primary_key=True)
+    released: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    #: When the latest of them stopped running: a job started in the room it left is
+    #: stamped no earlier (services/claims.py).
+    released_at_ms: Mapped[int | None] = mapped_column(Millis)
 
 
 class AssignSchedule(Base):
@@ -487,6 +513,7 @@ __all__ = [
     "Agent",
     "AssignJob",
     "AssignLimit",
+    "AssignLimitRelease",
     "AssignSchedule",
     "Base",
     "DeadLetter",

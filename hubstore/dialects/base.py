@@ -47,6 +47,10 @@ class SqlDialect(ABC):
     #: rather than one writer at a time under the database's write lock (SQLite): a
     #: decision read in one statement must then be taken again under the row's lock.
     row_locks: bool
+    #: How many rows count an assign limit's releases (revision 0014's triggers pick one
+    #: by the finishing transaction's id): finishing jobs of one key wait for each other
+    #: only when theirs is the same, and never for the key's row, which claims lock.
+    release_stripes: int
 
     @abstractmethod
     def insert(self, table: Table) -> Any:
@@ -123,11 +127,13 @@ class SqlDialect(ABC):
                 ) -> ColumnElement[Any]:
         """The greater of two numbers, a NULL one left out (NULL when both are)."""
 
-    def limit_room_for(self, limit: FromClause, count: ColumnElement[Any],
-                       now: ColumnElement[Any]) -> ColumnElement[bool]:
+    def limit_room_for(self, limit: FromClause, running: ColumnElement[Any],
+                       count: ColumnElement[Any], now: ColumnElement[Any]
+                       ) -> ColumnElement[bool]:
         """Where row locks serialize (row_locks): whether ``count`` more jobs of the key
-        may start at ``now``, read from the key's own row alone (no subquery), so that
-        PostgreSQL checks it again on the row's newest version once it holds its lock."""
+        may start at ``now`` with ``running`` of them running, read from the key's own
+        row and values fixed before it (no subquery), so that PostgreSQL checks it again
+        on the row's newest version once it holds its lock."""
         raise NotImplementedError(f"{self.name} takes its decisions under its write lock")
 
     def hold_still(self, table: Table) -> Executable | None:

@@ -18,7 +18,7 @@ from hubstore import assign_rules as rules
 from hubstore.dialects import SqlDialect
 from hubstore.execution import Prepared
 from hubstore.ids import now_ms
-from hubstore.models import AssignJob, AssignLimit, table_of
+from hubstore.models import AssignJob, AssignLimit, AssignLimitRelease, table_of
 from hubstore.services.assign_hub import batch_size
 from hubstore.services.assigns import NOW, announce, running_times
 from hubstore.services.base import const
@@ -28,6 +28,7 @@ from hubstore.validation import require_id
 
 _jobs = table_of(AssignJob)
 _limits = table_of(AssignLimit)
+_releases = table_of(AssignLimitRelease)
 _c = _jobs.c
 #: A job with a start time is not due before it.
 _DUE = or_(_c.not_before_ms.is_(None), _c.not_before_ms <= NOW)
@@ -46,7 +47,8 @@ def claim_statement(sql: SqlDialect) -> Prepared:
     transactions run side by side (row_locks), the keys' rows are then locked and their
     room checked again on their newest version (another claimer may have taken it since
     the statement's snapshot): a key whose room went keeps its picked jobs queued. The
-    trigger of revision 0014 counts each started job in its key's row.
+    trigger of revision 0014 counts each started job in its key's row; finished jobs
+    are counted in rows of their own, which the claim reads as its snapshot saw them.
     """
     rooms = _rooms(sql)
     full = exists().where(rooms.c.key == _c.limit_key, rooms.c.free < 1)
@@ -69,19 +71,24 @@ def claim_statement(sql: SqlDialect) -> Prepared:
     ).cte("picked")
     chosen = select(picked.c.job_id)
     # A job started in the room another one left is stamped no earlier than that one's
-    # end (revision 0014's released_at_ms), as read under the key's lock.
-    released: Any = (select(_limits.c.released_at_ms).where(_limits.c.key == _c.limit_key)
-                     .scalar_subquery())
+    # end (revision 0014's released_at_ms).
+    released: Any = (select(func.max(_releases.c.released_at_ms))
+                     .where(_releases.c.key == _c.limit_key).scalar_subquery())
     if sql.row_locks:
         wanted = (select(picked.c.limit_key, func.count().label("n"))
                   .where(picked.c.limited.is_not(None)).group_by(picked.c.limit_key)
                   .cte("wanted"))
         slot = _limits.alias("slot")
+        gone = _released()
+        # The key's start count is read under its lock (its newest version), its
+        # releases as the statement's snapshot saw them: never more than there were.
         slots = sql.materialized(
-            select(slot.c.key, slot.c.released_at_ms)
-            .select_from(slot.join(wanted, slot.c.key == wanted.c.limit_key))
-            .where(sql.limit_room_for(slot, wanted.c.n, NOW))
-            .with_for_update(of=slot).cte("slots"))
+            select(slot.c.key, gone.c.at.label("released_at_ms"))
+            .select_from(slot.join(wanted, slot.c.key == wanted.c.limit_key)
+                         .outerjoin(gone, gone.c.key == slot.c.key))
+            .where(sql.limit_room_for(slot, slot.c.started - func.coalesce(gone.c.total, 0),
+                                      wanted.c.n, NOW))
+            .with_for_update(of=slot, key_share=True).cte("slots"))
         chosen = chosen.where(or_(picked.c.limited.is_(None),
                                   picked.c.limit_key.in_(select(slots.c.key))))
         released = (select(slots.c.released_at_ms).where(slots.c.key == _c.limit_key)
@@ -98,6 +105,16 @@ def claim_statement(sql: SqlDialect) -> Prepared:
         .returning(*_c), _jobs)
 
 
+@functools.cache
+def _released() -> CTE:
+    """Each assign limit's releases (revision 0014's rows of them, summed) and when the
+    latest was."""
+    r = _releases.c
+    return (select(r.key, func.sum(r.released).label("total"),
+                   func.max(r.released_at_ms).label("at"))
+            .group_by(r.key).cte("released"))
+
+
 def _rooms(sql: SqlDialect) -> CTE:
     """Each assign limit's room at p_now: how many more of its key's jobs may start
     (its running room and its rate room, the lesser; NULL: no bound), computed once
@@ -108,9 +125,12 @@ def _rooms(sql: SqlDialect) -> CTE:
               .select_from(limit.outerjoin(each, start > NOW - limit.c.per_ms))
               .group_by(limit.c.key).cte("recent_starts"))
     c = _limits.c
-    return (select(c.key, sql.lesser(c.max_running - c.running,
+    gone = _released()
+    running = c.started - func.coalesce(gone.c.total, 0)
+    return (select(c.key, sql.lesser(c.max_running - running,
                                      c.max_starts - recent.c.recent).label("free"))
-            .select_from(_limits.join(recent, recent.c.key == c.key)).cte("rooms"))
+            .select_from(_limits.join(recent, recent.c.key == c.key)
+                         .outerjoin(gone, gone.c.key == c.key)).cte("rooms"))
 
 
 def _claim_order(job: AssignJob) -> tuple[int, int, str]:

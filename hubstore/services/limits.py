@@ -2,8 +2,9 @@
 
 A limit bounds the jobs whose ``limit_key`` is its key: at most ``max_running`` running
 at once, at most ``max_starts`` started in any ``per_ms``. Claims start a job only when
-its key has room (services/claims.py); the key's running count and recent start times
-live in its row, kept by triggers whoever moves a job.
+its key has room (services/claims.py); the key's start count and recent start times
+live in its row, its releases in a few rows of their own (so that finishing jobs never
+wait for the row claims lock), all kept by triggers whoever moves a job.
 
 ``set_assign_limit`` counts both again from the jobs, in the same transaction, with the
 jobs table held still (PostgreSQL: ``LOCK TABLE assign_jobs IN SHARE MODE``, a moment's
@@ -13,17 +14,18 @@ starts from the truth.
 
 from __future__ import annotations
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 
 from hubstore.errors import ValidationError
 from hubstore.execution import execute, from_row
 from hubstore.ids import now_ms
-from hubstore.models import AssignJob, AssignLimit, table_of
+from hubstore.models import AssignJob, AssignLimit, AssignLimitRelease, table_of
 from hubstore.services.base import const
 from hubstore.transaction import Scope, Transaction
 from hubstore.validation import MAX_DURATION_MS, require_id, require_int
 
 _limits = table_of(AssignLimit)
+_releases = table_of(AssignLimitRelease)
 _jobs = table_of(AssignJob)
 #: A limit's key is short: it names a provider or a pool, and every claim compares it.
 MAX_LIMIT_KEY_BYTES = 200
@@ -93,13 +95,19 @@ def set_assign_limit(scope: Scope, key: str, max_running: int | None = None,
     with scope.unit_of_work() as uow:
         running, starts = _counted(uow, key, starts_max, window, now)
         values = {"max_running": running_max, "max_starts": starts_max, "per_ms": window,
-                  "running": running, "starts_json": starts, "updated_at_ms": now}
+                  "started": running, "starts_json": starts, "updated_at_ms": now}
         stmt = (uow.sql.insert(_limits).values(key=key, created_at_ms=now, **values)
                 .on_conflict_do_update(index_elements=[_limits.c.key], set_=values)
                 .returning(*_limits.c))
         limit = from_row(AssignLimit, execute(uow, stmt).mappings().one())
+        # The releases start again from 0 (the start count is the running jobs now);
+        # when the latest was is kept.
+        execute(uow, update(_releases).where(_releases.c.key == key).values(released=0))
+        execute(uow, uow.sql.insert(_releases).values(
+            [{"key": key, "stripe": stripe} for stripe in range(uow.sql.release_stripes)])
+            .on_conflict_do_nothing(index_elements=[_releases.c.key, _releases.c.stripe]))
         _wake_waiters(uow, key)
-        return limit
+        return limit.counted(0)
 
 
 def _wake_waiters(uow: Transaction, key: str) -> None:
@@ -112,8 +120,21 @@ def get_assign_limits(scope: Scope) -> dict[str, AssignLimit]:
     """Every limit by its key (in key order), each with its key's running count and
     start times as they are now (``limit.recent_starts(now)``, ``limit.to_dict()``)."""
     with scope.one_read() as uow:
-        rows = execute(uow, select(_limits).order_by(_limits.c.key)).mappings().all()
-    return {str(row["key"]): from_row(AssignLimit, row) for row in rows}
+        return read_limits(uow)
+
+
+def read_limits(uow: Transaction) -> dict[str, AssignLimit]:
+    """Every limit by its key, its running count as ``started`` less its releases."""
+    released = (select(func.coalesce(func.sum(_releases.c.released), 0))
+                .where(_releases.c.key == _limits.c.key).scalar_subquery())
+    rows = execute(uow, select(_limits, released.label("released"))
+                   .order_by(_limits.c.key)).mappings().all()
+    limits: dict[str, AssignLimit] = {}
+    for row in rows:
+        values = dict(row)
+        gone = int(values.pop("released"))
+        limits[str(row["key"])] = from_row(AssignLimit, values).counted(gone)
+    return limits
 
 
 def remove_assign_limit(scope: Scope, key: str) -> bool:
@@ -121,6 +142,7 @@ def remove_assign_limit(scope: Scope, key: str) -> bool:
     was one. Waiting claimers whose jobs it held look again."""
     check_limit_key(key, "key")
     with scope.unit_of_work() as uow:
+        execute(uow, delete(_releases).where(_releases.c.key == key))
         removed = bool(execute(uow, delete(_limits).where(_limits.c.key == key)).rowcount)
         if removed:
             _wake_waiters(uow, key)
@@ -133,7 +155,7 @@ def full_limits(uow: Transaction, now: int) -> tuple[list[str], int | None]:
     under max_running comes back when a job ends, which wakes waiters itself)."""
     full: list[str] = []
     reopen: list[int] = []
-    for key, limit in get_assign_limits(uow).items():
+    for key, limit in read_limits(uow).items():
         running_full = limit.max_running is not None and limit.running >= limit.max_running
         recent = sorted(at for at in limit.starts or [] if isinstance(at, int)
                         and limit.per_ms is not None and at > now - limit.per_ms)

@@ -106,6 +106,60 @@ def test_setting_a_limit_counts_its_jobs_anew(store: HubStore) -> None:
     assert store.claim_next_assign("w") is None  # 3 running, at most 2
 
 
+def releases(store: HubStore, key: str) -> dict[int, int]:
+    """The key's release rows: {stripe: released}."""
+    with store.unit_of_work(write=False) as uow:
+        rows = uow.connection.execute(text(
+            "SELECT stripe, released FROM assign_limit_releases WHERE key = :k"), {"k": key})
+        return {int(stripe): int(released) for stripe, released in rows}
+
+
+def test_finished_jobs_are_counted_apart_from_the_row_claims_lock(store: HubStore) -> None:
+    """Starts count on the key's row, ends on its release rows (8 on PostgreSQL, picked
+    by the finishing transaction; 1 on SQLite); running is the one less the other. Setting the limit
+    again counts anew; removing it removes its release rows."""
+    stripes = 8 if store.dialect == "postgresql" else 1
+    assert store.set_assign_limit("k", max_running=100).running == 0
+    assert releases(store, "k") == dict.fromkeys(range(stripes), 0)
+    queue(store, 40, limit_key="k")
+    claimed = store.claim_next_assigns("w", 40)
+    for job in claimed[:30]:
+        store.finish_assign(job, "succeeded")
+    limit = store.get_assign_limits()["k"]
+    assert (limit.started, limit.running) == (40, 10)
+    spread = releases(store, "k")
+    assert sum(spread.values()) == 30
+    if stripes > 1:  # 30 transactions land on more than one of 8 rows
+        assert len([n for n in spread.values() if n]) > 1
+    again = store.set_assign_limit("k", max_running=100)
+    assert (again.started, again.running) == (10, 10)
+    assert releases(store, "k") == dict.fromkeys(range(stripes), 0)
+    assert store.remove_assign_limit("k") is True
+    assert releases(store, "k") == {}
+
+
+def test_a_finish_does_not_wait_for_a_claim_holding_the_key(db_url: URL, backend: str
+                                                            ) -> None:
+    """A claim holds its key's row until it commits; a job of that key finishing
+    meanwhile goes through (PostgreSQL: transactions side by side)."""
+    if backend != "postgresql":
+        pytest.skip("SQLite runs one writer at a time: a finish waits for any claim")
+    with HubStore.open(db_url) as store, HubStore.open(db_url) as other:
+        store.set_assign_limit("k", max_running=5)
+        queue(store, 2, limit_key="k")
+        first = present(store.claim_next_assign("w"))
+        with store.unit_of_work() as uow:
+            second = present(uow.claim_next_assign("w"))  # the key's row locked
+            finished = []
+            thread = threading.Thread(target=lambda: finished.append(
+                other.finish_assign(first, "succeeded")))
+            thread.start()
+            thread.join(timeout=10)
+            assert finished and finished[0].job.status == "succeeded"
+        store.finish_assign(second, "succeeded")
+        assert running(store, "k") == 0
+
+
 # --- room in every claim path -----------------------------------------------------------
 
 def test_a_claim_starts_a_job_only_with_room_under_its_key(store: HubStore) -> None:
