@@ -1,26 +1,18 @@
 """Provider quotas, unique jobs and periodic jobs: hubstore's own tables and columns.
 
 - ``assign_limits``: one row per quota key (max_running; max_starts per per_ms), with
-  how many of the key's jobs started running (``started``) and their recent start times;
-  ``assign_limit_releases``: how many of them stopped running (``released``), and when
-  the latest did, spread over a few rows per key (8 on PostgreSQL, picked by the id of
-  the transaction that ends the job: one row per transaction, concurrent ones mostly on
-  different rows; 1 on SQLite). The key's running count is ``started`` minus the releases. Triggers
-  on assign_jobs keep both, whoever moves a job (hubstore, the reference store, raw SQL):
-  a job of the key that becomes running counts a start on the key's row and records its
-  start time (its updated_at_ms); one that stops running counts a release on one of the
-  key's release rows (and, on PostgreSQL, sends ``pg_notify('hubstore_assigns',
+  the key's running count and recent start times. Triggers on assign_jobs keep both,
+  whoever moves a job (hubstore, the reference store, raw SQL): a job of the key that
+  becomes running counts +1 and records its start (its updated_at_ms); one that stops
+  running counts -1 (and, on PostgreSQL, sends ``pg_notify('hubstore_assigns',
   'l' || md5(key))`` so that waiting claimers whose jobs the limit held look again).
-  Finishing jobs so never wait for the key's row, which claims lock to decide
-  (services/claims.py): a claim reads ``started`` under that lock and the releases as its
-  statement's snapshot saw them, never more than there were, so the room it computes is
-  never more than there is. A job started in the room a release left is stamped no
-  earlier than that release (``released_at_ms``: its started_at_ms and updated_at_ms),
-  so the stamps show no more than max_running running at any instant, in the order the
-  database decided. PostgreSQL keeps the start times sorted, the ``max_starts`` newest
-  (a claim reads the one that decides by its place, under the row's lock); SQLite keeps
-  those of the last two windows (its claims run under the database write lock and count
-  them).
+  Claims read the key's row to decide (services/claims.py). ``released_at_ms`` is the
+  latest time one of the key's jobs stopped running: a job started in the room it left
+  is stamped no earlier (its started_at_ms and updated_at_ms), so the stamps show no
+  more than max_running running at any instant, in the order the database decided.
+  PostgreSQL keeps the start times sorted, the ``max_starts`` newest (a claim reads the
+  one that decides by its place, under the row's lock); SQLite keeps those of the last
+  two windows (its claims run under the database write lock and count them).
 - ``assign_jobs.limit_key`` and ``assign_jobs.unique_key`` (NULL for the reference's
   rows and writes: it names its columns): the job's quota, and a key that no other
   queued or running job holds (a partial unique index, ``ux_assign_jobs_unique_key``).
@@ -65,10 +57,10 @@ def _json() -> sa.types.TypeEngine[Any]:
 #: key loses it unless the new row is running under the same key, and the other way.
 _WAS_RUNNING = "OLD.status = 'running' AND OLD.limit_key IS NOT NULL"
 _IS_RUNNING = "NEW.status = 'running' AND NEW.limit_key IS NOT NULL"
-_SQLITE_RELEASE = """UPDATE assign_limit_releases SET released = released + 1,
+_SQLITE_RELEASE = """UPDATE assign_limits SET running = running - 1,
        released_at_ms = max(coalesce(released_at_ms, {at}), {at})
-     WHERE key = OLD.limit_key AND stripe = 0 AND {when};"""
-_SQLITE_TAKE = """UPDATE assign_limits SET started = started + 1,
+     WHERE key = OLD.limit_key AND {when};"""
+_SQLITE_TAKE = """UPDATE assign_limits SET running = running + 1,
        starts_json = CASE WHEN per_ms IS NULL THEN '[]' ELSE (
            SELECT json_group_array(t) FROM (
                SELECT value AS t FROM json_each(assign_limits.starts_json)
@@ -102,16 +94,16 @@ BEGIN
         RETURN NULL;  -- still running under the same key (a progress report)
     END IF;
     IF was THEN
-        UPDATE assign_limit_releases SET released = released + 1,
+        UPDATE assign_limits SET running = running - 1,
                released_at_ms = greatest(released_at_ms, CASE TG_OP WHEN 'DELETE'
                                          THEN OLD.updated_at_ms ELSE NEW.updated_at_ms END)
-         WHERE key = OLD.limit_key AND stripe = txid_current() % 8;
+         WHERE key = OLD.limit_key;
         IF FOUND THEN
             PERFORM pg_notify('hubstore_assigns', 'l' || md5(OLD.limit_key));
         END IF;
     END IF;
     IF now_running THEN
-        UPDATE assign_limits SET started = started + 1,
+        UPDATE assign_limits SET running = running + 1,
                starts_json = CASE WHEN max_starts IS NULL THEN '[]'::jsonb ELSE (
                    SELECT coalesce(jsonb_agg(t ORDER BY t), '[]'::jsonb) FROM (
                        SELECT t FROM (
@@ -148,8 +140,9 @@ def upgrade() -> None:
         sa.Column("max_running", sa.BigInteger(), nullable=True),
         sa.Column("max_starts", sa.BigInteger(), nullable=True),
         sa.Column("per_ms", sa.BigInteger(), nullable=True),
-        sa.Column("started", sa.BigInteger(), server_default=sa.text("0"), nullable=False),
+        sa.Column("running", sa.BigInteger(), server_default=sa.text("0"), nullable=False),
         sa.Column("starts_json", _json(), server_default=sa.text("'[]'"), nullable=False),
+        sa.Column("released_at_ms", sa.BigInteger(), nullable=True),
         sa.Column("created_at_ms", sa.BigInteger(), nullable=False),
         sa.Column("updated_at_ms", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("key", name=op.f("pk_assign_limits")),
@@ -159,16 +152,6 @@ def upgrade() -> None:
                            name=op.f("ck_assign_limits_rate")),
         sa.CheckConstraint("max_starts IS NULL OR (max_starts >= 1 AND per_ms >= 1)",
                            name=op.f("ck_assign_limits_rate_positive")),
-    )
-    op.create_table(
-        "assign_limit_releases",
-        sa.Column("key", sa.Text(), nullable=False),
-        sa.Column("stripe", sa.Integer(), nullable=False),
-        sa.Column("released", sa.BigInteger(), server_default=sa.text("0"), nullable=False),
-        sa.Column("released_at_ms", sa.BigInteger(), nullable=True),
-        sa.ForeignKeyConstraint(["key"], ["assign_limits.key"], ondelete="CASCADE",
-                                name=op.f("fk_assign_limit_releases_key_assign_limits")),
-        sa.PrimaryKeyConstraint("key", "stripe", name=op.f("pk_assign_limit_releases")),
     )
     op.create_table(
         "assign_schedules",
@@ -217,7 +200,6 @@ def downgrade() -> None:
         op.execute("DROP FUNCTION hub_assign_limits()")
     op.drop_index("ix_assign_schedules_due", table_name="assign_schedules")
     op.drop_table("assign_schedules")
-    op.drop_table("assign_limit_releases")
     op.drop_table("assign_limits")
     op.drop_index("ix_assign_jobs_limit_key", table_name="assign_jobs")
     op.drop_index("ux_assign_jobs_unique_key", table_name="assign_jobs")

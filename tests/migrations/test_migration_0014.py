@@ -36,8 +36,7 @@ def test_down_to_0013_and_up_again(db_url: URL) -> None:
             store.cancel_assign(live.job_id)
         migrations.downgrade(db_url, "0013")
         with engine.connect() as conn:
-            assert not {"assign_limits", "assign_limit_releases",
-                        "assign_schedules"} & table_names(conn)
+            assert not {"assign_limits", "assign_schedules"} & table_names(conn)
             assert "limit_key" not in column_names(conn)["assign_jobs"]
             assert figure_findings(conn) == []
             jobs = {row[0] for row in conn.execute(text("SELECT job_id FROM assign_jobs"))}
