@@ -3,13 +3,15 @@
 Every value comes from one :class:`~hubstore.web.queries.Snapshot`: the trigger-kept
 counters (messages, queued messages by urgency, dead letters, jobs by status), agents
 by status and pending human requests (index ranges: one entry per agent, one per pending
-request), jobs finished in the last minute (index ranges of the terminal statuses). No
-table is scanned. A fresh registry per scrape: the values are the hub's, read now.
+request), jobs finished in the last minute (index ranges of the terminal statuses); and
+the queued and running jobs of the workers with the most queued (revision 0015's
+trigger-kept counts, as the overview shows them). No table is scanned. A fresh registry
+per scrape: the values are the hub's, read now.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -22,8 +24,9 @@ __all__ = ["CONTENT_TYPE_LATEST", "exposition"]
 
 
 class _SnapshotCollector(Collector):
-    def __init__(self, snap: Snapshot) -> None:
+    def __init__(self, snap: Snapshot, workers: Sequence[tuple[str, int, int]]) -> None:
         self.snap = snap
+        self.workers = workers
 
     def collect(self) -> Iterator[Metric]:
         snap, figures = self.snap, self.snap.figures
@@ -52,10 +55,19 @@ class _SnapshotCollector(Collector):
         yield GaugeMetricFamily("hubstore_human_requests_pending",
                                 "Human requests waiting for an answer.",
                                 value=snap.pending_human_requests)
+        depths = GaugeMetricFamily(
+            "hubstore_worker_assign_jobs",
+            "Queued and running assign jobs of the workers with the most queued.",
+            labels=["worker", "status"])
+        for worker, queued_jobs, running_jobs in self.workers:
+            depths.add_metric([worker, "queued"], queued_jobs)
+            depths.add_metric([worker, "running"], running_jobs)
+        yield depths
 
 
-def exposition(snap: Snapshot) -> bytes:
-    """``snap`` in Prometheus' text exposition format."""
+def exposition(snap: Snapshot, workers: Sequence[tuple[str, int, int]] = ()) -> bytes:
+    """``snap``, and the (worker, queued, running) of ``workers``, in Prometheus' text
+    exposition format."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_SnapshotCollector(snap))
+    registry.register(_SnapshotCollector(snap, workers))
     return generate_latest(registry)

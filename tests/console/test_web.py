@@ -377,6 +377,10 @@ def test_metrics_are_the_hubs_figures(client: TestClient, store: HubStore) -> No
     assert samples[("hubstore_messages", ())] == 3
     assert samples[("hubstore_messages_queued", (("urgency", "urgent"),))] == 1
     assert message.priority == 8
+    depths = {labels: value for (name, labels), value in samples.items()
+              if name == "hubstore_worker_assign_jobs"}
+    assert depths == {(("status", "queued"), ("worker", "w1")): 2,
+                      (("status", "running"), ("worker", "w1")): 1}
 
 
 def test_the_jobs_page_links_its_next_page(client: TestClient, store: HubStore) -> None:
