@@ -124,30 +124,31 @@ class Databases:
         name = f"bench_instr_{uuid.uuid4().hex[:12]}"
         if store == "sqlite":
             return f"sqlite:///{self.folder / name}.db"
-        from sqlalchemy import create_engine, make_url, text
+        from sqlalchemy import make_url
 
         assert self.pg_url is not None
-        engine = create_engine(self.pg_url, isolation_level="AUTOCOMMIT")
-        try:
-            with engine.connect() as conn:
-                conn.execute(text(f'CREATE DATABASE "{name}"'))
-        finally:
-            engine.dispose()
+        self._server(f'CREATE DATABASE "{name}"')
         return make_url(self.pg_url).set(database=name).render_as_string(hide_password=False)
 
     def drop(self, url: str) -> None:
-        from sqlalchemy import create_engine, make_url, text
+        from sqlalchemy import make_url
 
         parsed = make_url(url)
         if parsed.get_backend_name() == "sqlite":
             for suffix in ("", "-wal", "-shm", "-journal", ".lock"):
                 Path(f"{parsed.database}{suffix}").unlink(missing_ok=True)
             return
+        self._server(f'DROP DATABASE IF EXISTS "{parsed.database}" WITH (FORCE)')
+
+    def _server(self, statement: str) -> None:
+        """Run ``statement`` on the PostgreSQL server, outside a transaction."""
+        from sqlalchemy import create_engine, text
+
         assert self.pg_url is not None
         engine = create_engine(self.pg_url, isolation_level="AUTOCOMMIT")
         try:
             with engine.connect() as conn:
-                conn.execute(text(f'DROP DATABASE IF EXISTS "{parsed.database}" WITH (FORCE)'))
+                conn.execute(text(statement))
         finally:
             engine.dispose()
 
