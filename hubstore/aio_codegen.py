@@ -3,9 +3,11 @@
 Python's type system cannot turn a class's methods into coroutines (there is no mapped
 type over methods), and a ``__getattr__`` would hand users ``Any``. So the async methods
 are written out, from the source of the service functions that :class:`HubOperations`
-lists: the same names, parameters (the scope becomes ``self``), defaults and
-annotations, each awaiting the sync method through ``_call`` (typed with a ParamSpec, so
-mypy checks every forwarding).
+lists (:func:`~hubstore.operations.store_methods`): the same names, parameters (the
+scope becomes ``self``), defaults and annotations, each awaiting the sync method through
+``_call`` (typed with a ParamSpec, so mypy checks every forwarding). The waits
+(:mod:`hubstore.services.waiting`) are left out: :class:`~hubstore.aio.AsyncHubStore`
+writes its own, which wait on the event loop instead of holding a lane.
 
 Run ``python -m hubstore.aio_codegen`` after changing a store method's signature;
 tests/waiting/test_aio.py fails while the written file is not what this produces.
@@ -24,11 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hubstore.operations import HubOperations
+from hubstore.operations import store_methods
+from hubstore.services import waiting
 
 TARGET = Path(__file__).with_name("aio_methods.py")
 
-HEADER = '''"""Generated from the operations mixins by ``python -m hubstore.aio_codegen``.
+HEADER = '''"""Generated from HubOperations by ``python -m hubstore.aio_codegen``.
 
 Do not edit: run it again instead.
 
@@ -137,10 +140,10 @@ def _docstring(text: str) -> str:
 
 
 def store_functions() -> list[Any]:
-    """The service functions HubOperations lists, in its order."""
-    return [value for name, value in vars(HubOperations).items()
-            if inspect.isfunction(value) and not name.startswith("_")
-            and value.__module__ != HubOperations.__module__]
+    """The service functions HubOperations lists, in its order, but the waits (written
+    by hand in hubstore.aio)."""
+    return [value for value in store_methods().values()
+            if value.__module__ != waiting.__name__]
 
 
 def generate() -> str:

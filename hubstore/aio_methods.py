@@ -1,4 +1,4 @@
-"""Generated from the operations mixins by ``python -m hubstore.aio_codegen``.
+"""Generated from HubOperations by ``python -m hubstore.aio_codegen``.
 
 Do not edit: run it again instead.
 

@@ -1,5 +1,6 @@
 """What a unit of work runs against: the engine, its connections, the dialect's SQL
-component, what the migrations installed, and the assign status listeners.
+component, what the migrations installed, the assign status listeners, and the change
+watcher that wakes the store's waiters.
 
 One :class:`Database` per store. It sits below the unit of work and the services, so
 that they reach the store's shared state without importing the store (the facade is
@@ -8,6 +9,7 @@ the layer above them).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from contextvars import ContextVar
@@ -20,6 +22,7 @@ from sqlalchemy.engine import URL
 from hubstore.connections import ConnectionSource
 from hubstore.dialects import SqlDialect, dialect_for
 from hubstore.models import AssignJob
+from hubstore.signals import ChangeWatcher
 from hubstore.sqlite import BUSY_TIMEOUT_MS
 from hubstore.types import AssignEvent
 
@@ -76,3 +79,28 @@ class Database:
         #: The unit of work open in this thread or task, which store calls join.
         self.current_uow: ContextVar[OpenUnitOfWork | None] = ContextVar(
             f"hubstore_uow_{id(self):x}", default=None)
+        #: Where the PostgreSQL listener of the waiters connects (``store.listen_url``):
+        #: None means the store's URL; a direct URL when the store goes through PgBouncer
+        #: in transaction mode; False for no LISTEN (waiters then look every
+        #: signals.FALLBACK_RECHECK_S). Set it before the first wait.
+        self.listen_url: URL | str | bool | None = None
+        self._watcher: ChangeWatcher | None = None
+        self._watcher_guard = threading.Lock()
+
+    def change_watcher(self) -> ChangeWatcher:
+        """The store's change watcher, which wakes its waiters (made on first use)."""
+        watcher = self._watcher
+        if watcher is None:
+            with self._watcher_guard:
+                watcher = self._watcher
+                if watcher is None:
+                    watcher = self._watcher = ChangeWatcher(self.url, self.listen_url)
+        return watcher
+
+    def close_waiters(self) -> None:
+        """Stop the watcher's thread and wake its waiters (they return as on a timeout);
+        a later wait makes a new watcher."""
+        with self._watcher_guard:
+            watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.close()

@@ -1,17 +1,27 @@
 """Every store method, listed once: the facade that :class:`~hubstore.store.HubStore` and
-:class:`~hubstore.uow.UnitOfWork` share.
+:class:`~hubstore.uow.UnitOfWork` are built from.
 
 A store method is a plain function of a service module whose first parameter is a
-:class:`~hubstore.transaction.Scope` (where it opens the unit of work it runs in). Set
+:class:`~hubstore.transaction.Scope` (where it opens the transaction it runs in). Set
 here as a class attribute, the function becomes a method with the store or the unit of
-work as that scope: called on the store it opens a unit of work of its own (or joins the
-one open in this thread); called on a unit of work it joins it. No wrappers to keep in
-step, and mypy checks every call against the function's own signature.
+work as that scope: called on the store it opens a transaction of its own (or joins the
+unit of work open in this thread); called on a unit of work it joins that unit of work's
+transaction. No wrappers to keep in step, and mypy checks every call against the
+function's own signature.
+
+This class is the only place the store methods are named: the store and the unit of
+work get them from it (neither inherits a transaction or a mixin with logic: each holds
+what it runs on), and the generated async methods (:mod:`hubstore.aio_codegen`), the
+traced methods (:mod:`hubstore.telemetry`), the API page's members (tools/docs_build.py)
+and the tests' lists of methods are all read from :func:`store_methods`.
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from contextlib import AbstractContextManager
+from typing import Any
 
 from hubstore.database import Database
 from hubstore.dialects import SqlDialect
@@ -32,31 +42,30 @@ from hubstore.services import (
     schedules,
     stats,
     timeouts,
+    waiting,
 )
 from hubstore.transaction import Transaction
 
 
 class HubOperations:
-    """The store methods (see the module's docstring)."""
+    """The store methods (see the module's docstring), and the scope they run in: what
+    the store and the unit of work each provide."""
 
-    #: The store's shared state (set by the store and by the unit of work).
+    #: The store's shared state.
     db: Database
+    #: The dialect's SQL component (hubstore.dialects).
+    sql: SqlDialect
 
-    def unit_of_work(self, write: bool = True) -> AbstractContextManager[Transaction]:
-        """The unit of work a method runs in."""
+    def transaction(self, write: bool = True) -> AbstractContextManager[Transaction]:
+        """The transaction a method runs in (see Scope)."""
         raise NotImplementedError
 
     def one_statement(self) -> AbstractContextManager[Transaction]:
-        """The unit of work of a method of one writing statement."""
+        """The transaction of a method of one writing statement."""
         raise NotImplementedError
 
     def one_read(self) -> AbstractContextManager[Transaction]:
-        """The unit of work of a method of one SELECT."""
-        raise NotImplementedError
-
-    @property
-    def sql(self) -> SqlDialect:
-        """The dialect's SQL component (hubstore.dialects)."""
+        """The transaction of a method of one SELECT."""
         raise NotImplementedError
 
     # Agents
@@ -158,3 +167,18 @@ class HubOperations:
     # Operations
     prune_messages = retention.prune_messages
     count_messages_before = retention.count_messages_before
+
+    # Waiting for other processes' commits (on a unit of work, inside its transaction:
+    # see services/waiting.py; hubstore.aio writes its own, which wait on the event loop)
+    wait_for_assign = waiting.wait_for_assign
+    wait_for_assigns = waiting.wait_for_assigns
+    wait_for_result = waiting.wait_for_result
+    message_feed = waiting.message_feed
+
+
+def store_methods() -> dict[str, Callable[..., Any]]:
+    """Every store method, by name, in the facade's order: the service functions that
+    :class:`HubOperations` lists (not its scope methods)."""
+    return {name: value for name, value in vars(HubOperations).items()
+            if inspect.isfunction(value) and not name.startswith("_")
+            and value.__module__ != __name__}

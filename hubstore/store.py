@@ -25,8 +25,9 @@ from hubstore.errors import (
     describe,
 )
 from hubstore.operations import HubOperations
-from hubstore.services.waiting import WaitingOps
-from hubstore.uow import JoinedUnitOfWork, UnitOfWork
+from hubstore.signals import ChangeWatcher
+from hubstore.transaction import JoinedTransaction, Transaction, open_transaction
+from hubstore.uow import JoinedUnitOfWork, UnitOfWork, nested
 from hubstore.urls import checked_call_timeout, resolve_url, sqlite_path
 from hubstore.validation import require_callable, require_int
 
@@ -56,7 +57,7 @@ def _in_schema(url: URL, schema: str, engine_options: dict[str, Any]) -> dict[st
     return {**engine_options, "connect_args": connect_args}
 
 
-class HubStore(WaitingOps, HubOperations):
+class HubStore(HubOperations):
     """The hub's store. Each method called here is a unit of work of its own.
 
     >>> with HubStore.open("sqlite:///hub.db", auto_migrate=True) as store:  # doctest: +SKIP
@@ -75,6 +76,7 @@ class HubStore(WaitingOps, HubOperations):
             engine.dispose()
         #: What units of work run against (engine, connections, listeners, ...).
         self.db = db = Database(engine, busy_timeout_ms=busy_timeout_ms)
+        self.sql: SqlDialect = db.sql
         self.engine: Engine = engine
         self.url: URL = db.url
         self.dialect: str = db.dialect
@@ -186,33 +188,51 @@ class HubStore(WaitingOps, HubOperations):
                 raise ValidationError(
                     "join: a unit of work of this store is open in this thread already; "
                     "call the store inside it (it joins), or join before opening it")
-            return cast(AbstractContextManager[UnitOfWork], current.savepoint(write))
+            return nested(cast(Transaction, current), write)
         if join is not None:
-            return JoinedUnitOfWork(self.db, join, write=write)
-        return UnitOfWork(self.db, write=write)
+            return JoinedUnitOfWork(JoinedTransaction(self.db, join, write=write))
+        return UnitOfWork(Transaction(self.db, write=write))
 
-    def one_statement(self) -> AbstractContextManager[UnitOfWork]:
-        """A writing unit of work for a store method that runs one statement: on
+    # -- the scope of the store methods (see hubstore.transaction.Scope) -------------
+
+    def transaction(self, write: bool = True) -> AbstractContextManager[Transaction]:
+        """A transaction for a store method: its own, or a nested block (a SAVEPOINT
+        when ``write``) of the unit of work open in this thread or task."""
+        return open_transaction(self.db, write)
+
+    def one_statement(self) -> AbstractContextManager[Transaction]:
+        """A writing transaction for a store method that runs one statement: on
         PostgreSQL in autocommit, the statement its own transaction (one round trip, no
-        BEGIN or COMMIT). Inside an open unit of work it joins it, as unit_of_work()."""
-        return self._single_statement(write=True)
+        BEGIN or COMMIT). Inside an open unit of work it joins it, as transaction()."""
+        return open_transaction(self.db, True, single_statement=True)
 
-    def one_read(self) -> AbstractContextManager[UnitOfWork]:
-        """A reading unit of work for a store method that runs one SELECT: in
+    def one_read(self) -> AbstractContextManager[Transaction]:
+        """A reading transaction for a store method that runs one SELECT: in
         autocommit on both dialects, the statement its own snapshot (no BEGIN or COMMIT;
         PostgreSQL: one round trip). Inside an open unit of work it joins it."""
-        return self._single_statement(write=False)
+        return open_transaction(self.db, False, single_statement=True)
 
-    def _single_statement(self, *, write: bool) -> AbstractContextManager[UnitOfWork]:
-        current = self.current_uow.get()
-        if current is not None:
-            return cast(AbstractContextManager[UnitOfWork], current.savepoint(write))
-        return UnitOfWork(self.db, write=write, single_statement=True)
+    # -- waiting -----------------------------------------------------------------------
 
     @property
-    def sql(self) -> SqlDialect:
-        """The dialect's SQL component (:mod:`hubstore.dialects`)."""
-        return self.db.sql
+    def listen_url(self) -> URL | str | bool | None:
+        """Where the PostgreSQL listener of the waiters connects: None means the store's
+        URL; a direct URL when the store goes through PgBouncer in transaction mode;
+        False for no LISTEN (waiters then look at the tables every few seconds). Set it
+        before the first wait."""
+        return self.db.listen_url
+
+    @listen_url.setter
+    def listen_url(self, value: URL | str | bool | None) -> None:
+        self.db.listen_url = value
+
+    def change_watcher(self) -> ChangeWatcher:
+        """The watcher that wakes this store's waiters (made on first use)."""
+        return self.db.change_watcher()
+
+    def close_waiters(self) -> None:
+        """Stop this store's watcher thread and wake its waiters (store.close calls it)."""
+        self.db.close_waiters()
 
     def on_assign_status_change(self, listener: AssignListener) -> Callable[[], None]:
         """Call ``listener(event, job)`` after each committed assign status change.

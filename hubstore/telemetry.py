@@ -1,10 +1,10 @@
 """OpenTelemetry spans for store calls (the ``otel`` extra: ``pip install "hubstore[otel]"``).
 
 :func:`instrument` wraps each store method of one :class:`~hubstore.store.HubStore`
-(the facade's methods and the waiting ones) so that a call runs inside a span named
-``hubstore.<method>``, with the dialect and the method as attributes; a failing call
-records its exception and marks the span as an error. Calls a method makes inside the
-store are not spans of their own. Without an SDK configured, the API's spans cost next
+(every one :class:`~hubstore.operations.HubOperations` lists) so that a call runs inside a
+span named ``hubstore.<method>``, with the dialect and the method as attributes; a
+failing call records its exception and marks the span as an error. Calls a method makes
+inside the store are not spans of their own. Without an SDK configured, the API's spans cost next
 to nothing; where the span goes (an exporter, a collector) is the application's choice.
 :class:`~hubstore.aio.AsyncHubStore` runs the sync store's methods, so an instrumented
 store traces its async calls too, inside the awaiting task's current span.
@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from hubstore.operations import HubOperations
-from hubstore.services.waiting import WaitingOps
+from hubstore.operations import store_methods
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
@@ -30,7 +28,6 @@ __all__ = ["INSTRUMENTED", "available", "instrument", "traced_methods"]
 
 #: The attribute an instrumented store carries (instrumenting twice changes nothing).
 INSTRUMENTED = "_hubstore_traced"
-_NOT_CALLS = {"unit_of_work", "one_statement", "one_read", "change_watcher", "close_waiters"}
 
 
 def available() -> bool:
@@ -40,13 +37,7 @@ def available() -> bool:
 
 def traced_methods() -> list[str]:
     """The store methods :func:`instrument` wraps, in the facade's order."""
-    names: list[str] = []
-    for owner in (HubOperations, WaitingOps):
-        for name, value in vars(owner).items():
-            if inspect.isfunction(value) and not name.startswith("_") \
-                    and name not in _NOT_CALLS and name not in names:
-                names.append(name)
-    return names
+    return list(store_methods())
 
 
 def instrument(store: HubStore, tracer_provider: TracerProvider | None = None) -> HubStore:

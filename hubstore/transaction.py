@@ -32,7 +32,7 @@ import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, Protocol, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, Self, TypeVar, cast
 
 from sqlalchemy import Connection, event, inspect, select
 from sqlalchemy.engine import RootTransaction
@@ -98,6 +98,9 @@ class Transaction:
         self._frames: list[bool] = []
         #: SQLite in autocommit: whether its one statement has run (see ``driver``).
         self._ran = False
+        #: The :class:`~hubstore.uow.UnitOfWork` that holds this transaction, when users
+        #: hold one (``store.unit_of_work()``); None for a store method's own.
+        self.facade: object | None = None
 
     # -- the outermost block ---------------------------------------------------------
 
@@ -215,8 +218,9 @@ class Transaction:
 
     # -- nested blocks ---------------------------------------------------------------
 
-    def unit_of_work(self, write: bool = True) -> Frame[Self]:
-        """Join this unit of work: the unit of work's own methods run through here."""
+    def transaction(self, write: bool = True) -> Frame[Self]:
+        """Join this transaction: the unit of work's own methods run through here (see
+        Scope)."""
         return Frame(self, write, savepoint=False)
 
     def one_statement(self) -> Frame[Self]:
@@ -508,6 +512,18 @@ class JoinedTransaction(Transaction):
         event.listen(target, rollback, rolled_back, once=True)
 
 
+def open_transaction(db: Database, write: bool = True, *, single_statement: bool = False
+                     ) -> AbstractContextManager[Transaction]:
+    """A transaction on ``db`` (what the store's scope methods open): while a unit of work
+    of the store is open in this thread or task, a nested block of it (a SAVEPOINT when
+    ``write``); else a transaction of its own (``single_statement``: in autocommit, see
+    Transaction)."""
+    current = db.current_uow.get()
+    if current is not None:
+        return cast(AbstractContextManager[Transaction], current.savepoint(write))
+    return Transaction(db, write=write, single_statement=single_statement)
+
+
 def _mark_outcome(error: BaseException, cause: BaseException) -> None:
     """A connection lost while the server was committing: the call may have written
     (DatabaseUnavailable.outcome_unknown)."""
@@ -632,9 +648,11 @@ class Frame(Generic[T]):
 
 
 class Scope(Protocol):
-    """Where a service function opens the unit of work it runs in: the store (a unit of
-    work of its own, or joining the one open in this thread) or an open unit of work
-    (joining it). Every service function takes one as its first argument."""
+    """Where a service function opens the transaction it runs in: the store (a
+    transaction of its own, or joining the unit of work open in this thread), a unit of
+    work (joining its transaction) or a Transaction itself (joining it). Every service
+    function takes one as its first argument; what it opens yields a
+    :class:`Transaction`, the only thing a service runs statements on."""
 
     @property
     def sql(self) -> SqlDialect:
@@ -646,8 +664,8 @@ class Scope(Protocol):
         """The store's shared state (its throttles, to decide before opening)."""
         ...
 
-    def unit_of_work(self, write: bool = True) -> AbstractContextManager[Transaction]:
-        """A unit of work (``write`` takes SQLite's write lock up front)."""
+    def transaction(self, write: bool = True) -> AbstractContextManager[Transaction]:
+        """A transaction (``write`` takes SQLite's write lock up front)."""
         ...
 
     def one_statement(self) -> AbstractContextManager[Transaction]:

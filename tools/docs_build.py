@@ -2,7 +2,10 @@
 
 - As an mkdocs hook (``hooks:``): every built page must have unique ``id`` attributes,
   or a link to a heading goes to the first element with its id. A duplicate is a
-  warning, so ``mkdocs build --strict`` fails on it.
+  warning, so ``mkdocs build --strict`` fails on it. And a page's ``- STORE_METHODS``
+  line (in docs/api.md, the store's members) becomes one member line per store method,
+  read from ``HubOperations`` (:func:`hubstore.operations.store_methods`), so the API
+  page lists every method without a list to keep by hand.
 - As a Griffe extension (mkdocstrings' ``extensions:``, ``MarkdownDocstrings``): the
   docstrings' reStructuredText habits, rendered for Markdown. A doctest block (a
   paragraph of ``>>>`` lines) becomes a ``pycon`` code block, without its doctest
@@ -34,6 +37,26 @@ ROLE = re.compile(r":(?:py:)?(?:class|meth|func|attr|mod|data|exc|obj):"
 def duplicate_ids(html: str) -> list[str]:
     """The ids that more than one element of ``html`` has."""
     return sorted(name for name, count in Counter(ID.findall(html)).items() if count > 1)
+
+
+#: The line of a page that :func:`on_page_markdown` makes the store methods' members.
+STORE_METHODS = re.compile(r"^(?P<indent>[ \t]*)- STORE_METHODS[ \t]*$", re.M)
+
+
+def store_method_members(markdown: str) -> str:
+    """``markdown`` with each ``- STORE_METHODS`` line made one ``- name`` line per
+    store method (the facade's order), at its indentation."""
+    if not STORE_METHODS.search(markdown):
+        return markdown
+    from hubstore.operations import store_methods
+
+    names = list(store_methods())
+    return STORE_METHODS.sub(
+        lambda m: "\n".join(f"{m['indent']}- {name}" for name in names), markdown)
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, **kwargs: Any) -> str:
+    return store_method_members(markdown)
 
 
 def on_post_page(output: str, page: Any, config: Any, **kwargs: Any) -> str:

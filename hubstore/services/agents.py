@@ -85,7 +85,7 @@ def register_agent(scope: Scope, agent_id: str, cli: AgentCli, pid: int | None =
 def get_agent(scope: Scope, agent_id: str) -> Agent | None:
     """The agent, or None."""
     lookup_key(agent_id, "agent_id")
-    with scope.unit_of_work(write=False) as uow:
+    with scope.transaction(write=False) as uow:
         return get(uow, Agent, agent_id)
 
 
@@ -107,14 +107,14 @@ def update_agent_topics(scope: Scope, agent_id: str, topics: Iterable[str]) -> b
     """Replace the agent's topics; True when the agent exists."""
     require_id(agent_id, "agent_id")
     topic_list = string_list(topics, "topics")
-    with scope.unit_of_work() as uow:
+    with scope.transaction() as uow:
         return update_row(uow, _agents, agent_id, topics_json=topic_list,
                           last_seen_ms=now_ms())
 
 
 def list_online_agents(scope: Scope) -> list[Agent]:
     """Agents that are not offline (stale ones count)."""
-    with scope.unit_of_work(write=False) as uow:
+    with scope.transaction(write=False) as uow:
         stmt = (select(Agent).where(Agent.status != "offline")
                 .order_by(*uow.sql.natural_order(_agents)))
         return load(uow, Agent, stmt)
@@ -122,7 +122,7 @@ def list_online_agents(scope: Scope) -> list[Agent]:
 
 def list_all_agents(scope: Scope) -> list[Agent]:
     """Every agent."""
-    with scope.unit_of_work(write=False) as uow:
+    with scope.transaction(write=False) as uow:
         return load(uow, Agent,
                     select(Agent).order_by(*uow.sql.natural_order(_agents)))
 
@@ -130,7 +130,7 @@ def list_all_agents(scope: Scope) -> list[Agent]:
 def get_agents_by_topic(scope: Scope, topic: str) -> list[Agent]:
     """Non-offline agents subscribed to ``topic``."""
     lookup_key(topic, "topic")
-    with scope.unit_of_work(write=False) as uow:
+    with scope.transaction(write=False) as uow:
         subscribed = uow.sql.json_list_contains(_agents.c.topics_json, topic)
         stmt = (select(Agent).where(subscribed, Agent.status != "offline")
                 .order_by(*uow.sql.natural_order(_agents)))
@@ -140,7 +140,7 @@ def get_agents_by_topic(scope: Scope, topic: str) -> list[Agent]:
 def sweep_stale_agents(scope: Scope, now_ms: int | None = None) -> dict[str, int]:
     """Online agents past their lease become stale; long-stale ones go offline."""
     now = resolve_now(now_ms)
-    with scope.unit_of_work() as uow:
+    with scope.transaction() as uow:
         stale = execute(uow,
             update(_agents).where(_agents.c.status == "online",
                                   _agents.c.lease_expires_ms < now)
@@ -156,5 +156,5 @@ def update_agent_status(scope: Scope, agent_id: str, status: AgentStatus) -> boo
     """Set the agent's status; True when the agent exists."""
     require_id(agent_id, "agent_id")
     require_enum(status, AGENT_STATUSES, "status")
-    with scope.unit_of_work() as uow:
+    with scope.transaction() as uow:
         return update_row(uow, _agents, agent_id, status=status)

@@ -90,7 +90,7 @@ def cancel_assign(scope: Scope, job_id: str, reason: str | None = None
     require_id(job_id, "job_id")
     if reason is not None:
         require_text(reason, "reason")
-    with scope.unit_of_work() as uow:
+    with scope.transaction() as uow:
         job = lock_job(uow, job_id)
         if job is None or job.status == "cancelled":
             return job

@@ -420,7 +420,7 @@ def assign_rows(scope: Scope, make_rows: Sequence[Callable[[int], dict[str, Any]
     if scope.sql.writable_ctes and all(row["unique_key"] is None for row in rows):
         with scope.one_statement() as uow:  # one round trip in autocommit
             return create_and_dispatch(uow, rows)
-    with scope.unit_of_work() as uow:
+    with scope.transaction() as uow:
         jobs = []
         for row in rows:
             job = insert_job(uow, row)
@@ -445,13 +445,13 @@ def report_assign_result(scope: Scope, job_id: str, status: str, worker_agent: s
                                      metadata)
     if target != "running":  # the one-statement path, when the report is routine
         # (one statement where the event can be written in its WITH clause, else two)
-        with (scope.one_statement() if scope.sql.writable_ctes else scope.unit_of_work()
+        with (scope.one_statement() if scope.sql.writable_ctes else scope.transaction()
               ) as uow:
             outcome = finish_routine(uow, job_id, target, worker_agent, attempt, result,
                                      error)
         if outcome is not None:
             return outcome
-    with scope.unit_of_work() as uow:
+    with scope.transaction() as uow:
         job = fenced(lock_job(uow, job_id), job_id, worker_agent, attempt)
         patch = {"result": result, "error": error}
         if target == "running":  # progress (or the start of a queued job)
@@ -510,7 +510,7 @@ def schedule_assign_retry(scope: Scope, job_id: str, reason: str = "manual",
     require_text(reason, "reason")
     require_text(requested_by, "requested_by")
     require_bool(force, "force")
-    with scope.unit_of_work() as uow:
+    with scope.transaction() as uow:
         job = lock_job(uow, job_id)
         if job is None:
             raise AssignNotFound(f"no assign job {job_id}")
@@ -567,7 +567,7 @@ def report_assign_results(scope: Scope, reports: Sequence[Mapping[str, Any]],
             outcomes = finish_many_routine(uow, records)
         if outcomes is not None:
             return outcomes
-    with scope.unit_of_work() as uow:
+    with scope.transaction() as uow:
         return [report_assign_result(uow, **report) for report in checked]
 
 

@@ -384,7 +384,7 @@ def create_assign(scope: Scope, supervisor_agent: str, worker_agent: str,
         correlation_id, last_message_id, result, error, job_id, not_before_ms,
         retry_backoff_ms, limit_key, unique_key)
     # (one INSERT ... RETURNING; with a unique key, a look for its holder may follow)
-    with (scope.one_statement() if unique_key is None else scope.unit_of_work()) as uow:
+    with (scope.one_statement() if unique_key is None else scope.transaction()) as uow:
         return insert_job(uow, make_row(now_ms()))
 
 
@@ -479,7 +479,7 @@ def update_assign_status(scope: Scope, job_id: str, status: AssignStatus,
                 announce(uow, job)
                 return job
     # Anything the one statement does not cover (it changed nothing): lock and move.
-    with scope.unit_of_work() as uow:
+    with scope.transaction() as uow:
         job = lock_job(uow, job_id)
         return None if job is None else move(uow, job, status, changes)
 
@@ -489,7 +489,7 @@ def retry_assign(scope: Scope, job_id: str, **patch: Unpack[AssignPatch]) -> Ass
     require_id(job_id, "job_id")
     changes = dict(patch)
     check_patch_values(changes)
-    with scope.unit_of_work() as uow:
+    with scope.transaction() as uow:
         job = lock_job(uow, job_id)
         return None if job is None else retry(uow, job, changes)
 

@@ -155,7 +155,7 @@ def _claim(scope: Scope, worker_agent: str, limit: int | None) -> list[AssignJob
     (one transaction), else alone (one statement: one round trip in autocommit)."""
     now = now_ms()
     if rescue_due(scope.db, now):
-        with scope.unit_of_work() as uow:
+        with scope.transaction() as uow:
             rescue_stalled(uow, now)
             return _claimed(uow, worker_agent, limit, now)
     with scope.one_statement() as uow:

@@ -37,7 +37,7 @@ def move_to_dead_letter(scope: Scope, message_id: str, reason: str,
     require_text(reason, "reason")
     if last_error is not None:
         require_text(last_error, "last_error")
-    with scope.unit_of_work() as uow:
+    with scope.transaction() as uow:
         execute(uow, update(_messages).where(_messages.c.id == message_id)
                             .values(status="dead_letter"))
         record_dead_letters(uow, [message_id], reason, last_error, now_ms())
@@ -47,7 +47,7 @@ def move_to_dead_letter(scope: Scope, message_id: str, reason: str,
 def get_dead_letters(scope: Scope, limit: int = 50) -> list[DeadLetter]:
     """Dead letters, newest first."""
     require_int(limit, "limit", minimum=0)
-    with scope.unit_of_work(write=False) as uow:
+    with scope.transaction(write=False) as uow:
         return load(uow, DeadLetter,
                     select(DeadLetter)
             .order_by(DeadLetter.failed_at_ms.desc(), DeadLetter.message_id.desc())
@@ -63,7 +63,7 @@ def requeue_dead_letter(scope: Scope, message_id: str) -> bool:
     returned it do not return it again; ``poll_for_agent`` shows it again.
     """
     require_id(message_id, "message_id")
-    with scope.unit_of_work() as uow:
+    with scope.transaction() as uow:
         removed = execute(uow, delete(_letters).where(_letters.c.message_id == message_id))
         if not removed.rowcount:
             return False

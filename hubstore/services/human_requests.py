@@ -52,7 +52,7 @@ def insert_human_request(scope: Scope, requester_agent: str, kind: HumanKind, pr
     optional_id(trace_id, "trace_id")
     optional_id(request_id, "request_id")
     if request_id is not None:
-        with scope.unit_of_work() as uow:
+        with scope.transaction() as uow:
             return insert_once(uow, HumanRequest, {
                 "request_id": request_id, "requester_agent": requester_agent,
                 "kind": kind, "prompt": prompt, "schema_json": schema, "state": "pending",
@@ -60,7 +60,7 @@ def insert_human_request(scope: Scope, requester_agent: str, kind: HumanKind, pr
                 "correlation_id": correlation_id or uuidv7(),
                 "trace_id": trace_id or uuidv7(), "response_json": None,
             }, SAME_REQUEST, "request_id")
-    with scope.unit_of_work() as uow:
+    with scope.transaction() as uow:
         request = HumanRequest(
             request_id=uuidv7(), requester_agent=requester_agent, kind=kind, prompt=prompt,
             schema=schema, state="pending", deadline_ms=now_ms() + duration,
@@ -74,7 +74,7 @@ def insert_human_request(scope: Scope, requester_agent: str, kind: HumanKind, pr
 def get_human_request(scope: Scope, request_id: str) -> HumanRequest | None:
     """The request, or None."""
     lookup_key(request_id, "request_id")
-    with scope.unit_of_work(write=False) as uow:
+    with scope.transaction(write=False) as uow:
         return get(uow, HumanRequest, request_id)
 
 
@@ -84,7 +84,7 @@ def update_human_request(scope: Scope, request_id: str, state: HumanState,
     require_id(request_id, "request_id")
     require_enum(state, HUMAN_STATES, "state")
     json_value(response, "response")
-    with scope.unit_of_work() as uow:
+    with scope.transaction() as uow:
         return update_row(uow, _requests, request_id, state=state, response_json=response)
 
 
@@ -114,7 +114,7 @@ def answer_human_request(scope: Scope, request_id: str, state: HumanState,
 
 def get_pending_human_requests(scope: Scope) -> list[HumanRequest]:
     """Every pending request."""
-    with scope.unit_of_work(write=False) as uow:
+    with scope.transaction(write=False) as uow:
         return load(uow, HumanRequest,
                     select(HumanRequest).where(HumanRequest.state == "pending")
             .order_by(*uow.sql.natural_order(_requests)))
@@ -123,7 +123,7 @@ def get_pending_human_requests(scope: Scope) -> list[HumanRequest]:
 def expire_human_requests(scope: Scope, now_ms: int | None = None) -> int:
     """Pending requests past their deadline become timed_out; returns how many."""
     now = resolve_now(now_ms)
-    with scope.unit_of_work() as uow:
+    with scope.transaction() as uow:
         result = execute(uow,
             update(_requests).where(_requests.c.state == "pending",
                                     _requests.c.deadline_ms < now)

@@ -92,7 +92,7 @@ def set_assign_limit(scope: Scope, key: str, max_running: int | None = None,
     check_limit_key(key, "key")
     running_max, starts_max, window = _checked(max_running, max_starts, per_ms)
     now = now_ms()
-    with scope.unit_of_work() as uow:
+    with scope.transaction() as uow:
         running, starts = _counted(uow, key, starts_max, window, now)
         values = {"max_running": running_max, "max_starts": starts_max, "per_ms": window,
                   "started": running, "starts_json": starts, "updated_at_ms": now}
@@ -141,7 +141,7 @@ def remove_assign_limit(scope: Scope, key: str) -> bool:
     """Remove the limit of ``key`` (its jobs run unbounded from now on); True when there
     was one. Waiting claimers whose jobs it held look again."""
     check_limit_key(key, "key")
-    with scope.unit_of_work() as uow:
+    with scope.transaction() as uow:
         execute(uow, delete(_releases).where(_releases.c.key == key))
         removed = bool(execute(uow, delete(_limits).where(_limits.c.key == key)).rowcount)
         if removed:

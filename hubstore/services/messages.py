@@ -168,7 +168,7 @@ def record_message(scope: Scope, type: str, from_agent: str, to_agent: str, topi
     require_enum(status, MESSAGE_STATUSES, "status")
     if id is not None:
         require_id(id, "id")
-        with scope.unit_of_work() as uow:  # the INSERT, and the look for a retry's row
+        with scope.transaction() as uow:  # the INSERT, and the look for a retry's row
             return insert_once(uow, Message, message_row(
                 id, now_ms(), type=type, from_agent=from_agent, to_agent=to_agent,
                 topic=topic, priority=priority, ttl_ms=ttl_ms, payload=body,
@@ -209,14 +209,14 @@ def enqueue_message(scope: Scope, type: MessageType, from_agent: str, to_agent: 
 def get_message(scope: Scope, id: str) -> Message | None:
     """The message, or None."""
     lookup_key(id, "id")
-    with scope.unit_of_work(write=False) as uow:
+    with scope.transaction(write=False) as uow:
         return get(uow, Message, id)
 
 
 def get_response_by_correlation(scope: Scope, correlation_id: str) -> Message | None:
     """The newest response with that correlation id."""
     lookup_key(correlation_id, "correlation_id")
-    with scope.unit_of_work(write=False) as uow:
+    with scope.transaction(write=False) as uow:
         found = load(uow, Message,
                      select(Message).where(Message.correlation_id == correlation_id,
                                            Message.type == "response")
@@ -227,7 +227,7 @@ def get_response_by_correlation(scope: Scope, correlation_id: str) -> Message | 
 def get_messages_by_trace(scope: Scope, trace_id: str) -> list[Message]:
     """Every message of a trace, oldest first."""
     lookup_key(trace_id, "trace_id")
-    with scope.unit_of_work(write=False) as uow:
+    with scope.transaction(write=False) as uow:
         return load(uow, Message,
                     select(Message).where(Message.trace_id == trace_id)
             .order_by(Message.created_at_ms, Message.id))
@@ -237,7 +237,7 @@ def update_message_status(scope: Scope, id: str, status: MessageStatus) -> bool:
     """Set a message's status; True when it exists."""
     require_id(id, "id")
     require_enum(status, MESSAGE_STATUSES, "status")
-    with scope.unit_of_work() as uow:
+    with scope.transaction() as uow:
         return update_row(uow, _messages, id, status=status)
 
 
@@ -271,14 +271,14 @@ def deliver_to_agent(scope: Scope, message_id: str, agent_id: str) -> bool:
     """True when the message exists and an agent id was given (nothing is written)."""
     lookup_key(message_id, "message_id")
     lookup_key(agent_id, "agent_id")
-    with scope.unit_of_work(write=False) as uow:
+    with scope.transaction(write=False) as uow:
         return bool(agent_id) and get_message(uow, message_id) is not None
 
 
 def deliver_to_topic(scope: Scope, message_id: str, topic: str) -> int:
     """How many non-offline agents follow the topic (nothing is written)."""
     lookup_key(message_id, "message_id")
-    with scope.unit_of_work(write=False) as uow:
+    with scope.transaction(write=False) as uow:
         return len(get_agents_by_topic(uow, topic))
 
 

@@ -28,7 +28,7 @@ _FIELDS = ("phase", *_INT_FIELDS, "artifacts", "phase_history")
 def get_pipeline_state(scope: Scope, team_name: str) -> PipelineState | None:
     """The team's state, or None."""
     lookup_key(team_name, "team_name")
-    with scope.unit_of_work(write=False) as uow:
+    with scope.transaction(write=False) as uow:
         return get(uow, PipelineState, team_name)
 
 
@@ -46,7 +46,7 @@ def save_pipeline_state(scope: Scope, team_name: str,
     for name in ("artifacts", "phase_history"):
         if name in fields:
             json_value(fields[name], name)
-    with scope.unit_of_work() as uow:
+    with scope.transaction() as uow:
         now = now_ms()
         values = {"team_name": team_name, "created_at": now, "updated_at": now, **fields}
         stmt = uow.sql.insert(_pipelines).values(values)
@@ -62,7 +62,7 @@ def save_pipeline_state(scope: Scope, team_name: str,
 def remove_pipeline_state(scope: Scope, team_name: str) -> bool:
     """Delete the team's state; True when there was one."""
     lookup_key(team_name, "team_name")
-    with scope.unit_of_work() as uow:
+    with scope.transaction() as uow:
         result = execute(uow,
             delete(_pipelines).where(_pipelines.c.team_name == team_name))
         return bool(result.rowcount)
@@ -70,6 +70,6 @@ def remove_pipeline_state(scope: Scope, team_name: str) -> bool:
 
 def list_pipeline_states(scope: Scope) -> list[PipelineState]:
     """Every team's state, by team name."""
-    with scope.unit_of_work(write=False) as uow:
+    with scope.transaction(write=False) as uow:
         return load(uow, PipelineState,
                     select(PipelineState).order_by(PipelineState.team_name))

@@ -248,7 +248,7 @@ def add_reflexion(scope: Scope, error_pattern: str, error_message: str, solution
         require_text(solution_code, "solution_code")
     require_enum(type, REFLEXION_TYPES, "type")
     state = json_object(adaptive_state, "adaptive_state")
-    with scope.unit_of_work() as uow:
+    with scope.transaction() as uow:
         now = now_ms()
         row = {
             "id": uuidv7(), "type": type, "error_pattern": error_pattern,
@@ -264,7 +264,7 @@ def add_reflexion(scope: Scope, error_pattern: str, error_message: str, solution
 def get_reflexion(scope: Scope, id: str) -> ReflexionEntry | None:
     """The entry, or None."""
     lookup_key(id, "id")
-    with scope.unit_of_work(write=False) as uow:
+    with scope.transaction(write=False) as uow:
         return get(uow, ReflexionEntry, id)
 
 
@@ -313,7 +313,7 @@ def find_matching(scope: Scope, error_pattern: str, context: dict[str, Any] | No
 def update_reflexion_hit(scope: Scope, id: str, success: bool = False) -> ReflexionEntry | None:
     """One more hit (and success): confidence is recalculated."""
     require_id(id, "id")
-    with scope.unit_of_work() as uow:
+    with scope.transaction() as uow:
         # Read under the row lock (SQLite: the write lock), then one guarded write.
         found = _LOCK_COUNTS.first(uow, {"p_id": id})
         if found is None:
@@ -333,7 +333,7 @@ def prune_reflexion(scope: Scope, max_age_ms: int = THIRTY_DAYS_MS, min_confiden
     require_duration(max_age_ms, "max_age_ms")
     threshold = require_number(min_confidence, "min_confidence")
     now = resolve_now(now_ms)
-    with scope.unit_of_work() as uow:
+    with scope.transaction() as uow:
         result = execute(uow,
             delete(_entries).where(_entries.c.updated_at_ms < now - max_age_ms,
                                    _entries.c.confidence < threshold))
@@ -396,7 +396,7 @@ def list_reflexion(scope: Scope, type: str | None = None, min_confidence: float 
     'project_slug'``), so it stays fast on 100,000 entries.
     """
     checked = _ListFilters.of(type, min_confidence, project_slug)
-    with scope.unit_of_work(write=False) as uow:
+    with scope.transaction(write=False) as uow:
         params = checked.params(uow.sql)
         statement = list_statement(uow.sql, *checked.shape(params))
         return [from_row(ReflexionEntry, row) for row in statement.rows(uow, params)]
@@ -432,7 +432,7 @@ def page_reflexion(scope: Scope, type: str | None = None, min_confidence: float 
     checked = _ListFilters.of(type, min_confidence, project_slug)
     size = require_int(limit, "limit", minimum=1, maximum=MAX_PAGE)
     keyset = _cursor_params(after) if after is not None else {}
-    with scope.unit_of_work(write=False) as uow:
+    with scope.transaction(write=False) as uow:
         params = {**checked.params(uow.sql), **keyset, "p_limit": size + 1}
         statement = page_statement(uow.sql, *checked.shape(params), bool(keyset))
         rows = [from_row(ReflexionEntry, row) for row in statement.rows(uow, params)]
@@ -454,7 +454,7 @@ def patch_reflexion(scope: Scope, id: str, **patch: Unpack[ReflexionPatch]
     if values.get("updated_at_ms") is None:
         values["updated_at_ms"] = now_ms()
     statement = patch_statement(tuple(sorted(values)))
-    with scope.unit_of_work() as uow:
+    with scope.transaction() as uow:
         rows = statement.rows(uow, {**values, "p_id": id})
         return from_row(ReflexionEntry, rows[0]) if rows else None
 
@@ -462,5 +462,5 @@ def patch_reflexion(scope: Scope, id: str, **patch: Unpack[ReflexionPatch]
 def delete_reflexion(scope: Scope, id: str) -> bool:
     """Delete an entry; True when there was one (10.17.4's ``deleteReflexion``)."""
     require_id(id, "id")
-    with scope.unit_of_work() as uow:
+    with scope.transaction() as uow:
         return _DELETE.run(uow, {"p_id": id}) > 0

@@ -85,7 +85,7 @@ def prune_messages(scope: Scope, older_than_ms: int, now_ms: int | None = None,
         start: int | None = None  # created_at_ms where this priority's next batch starts
         while True:
             began = time.monotonic()
-            with scope.unit_of_work() as uow:
+            with scope.transaction() as uow:
                 rows = execute(uow, BATCH, {
                     "p_priority": priority, "p_before": before, "p_limit": batch_size,
                     "p_from": -(2 ** 63) if start is None else start}).all()
@@ -133,7 +133,7 @@ def trim_message_log(scope: Scope, batch_size: int) -> None:
     """
     after = 0
     while True:
-        with scope.unit_of_work() as uow:
+        with scope.transaction() as uow:
             rows = execute(uow, _LOG_SCAN, {
                 "p_after": after, "p_limit": batch_size}).all()
             gone = [row.seq for row in rows if row.gone]
@@ -154,7 +154,7 @@ def count_messages_before(scope: Scope, older_than_ms: int, now_ms: int | None =
     """How many messages ``prune_messages`` would delete now (index-backed count)."""
     require_int(older_than_ms, "older_than_ms", minimum=0)
     before = resolve_now(now_ms) - older_than_ms
-    with scope.unit_of_work(write=False) as uow:
+    with scope.transaction(write=False) as uow:
         return int(scalar(uow,
             select(func.count()).select_from(_messages).where(
                 _messages.c.priority.in_(list(PRIORITIES)),

@@ -97,7 +97,7 @@ def set_assign_schedule(scope: Scope, name: str, supervisor_agent: str, worker_a
     values = {"cron": rule, "every_ms": interval, "supervisor_agent": supervisor_agent,
               "worker_agent": worker_agent, "job_json": job,
               "next_due_ms": next_tick(rule, interval, now), "updated_at_ms": now}
-    with scope.unit_of_work() as uow:
+    with scope.transaction() as uow:
         stmt = (uow.sql.insert(_schedules).values(name=name, created_at_ms=now, **values)
                 .on_conflict_do_update(index_elements=[_schedules.c.name], set_=values)
                 .returning(*_schedules.c))
@@ -127,7 +127,7 @@ def run_due_schedules(scope: Scope, now_ms: int | None = None) -> list[AssignJob
     due = (select(_schedules).where(c.next_due_ms <= now).order_by(c.next_due_ms, c.name)
            .limit(RUN_BATCH).with_for_update(skip_locked=True))
     queued: list[AssignJob] = []
-    with scope.unit_of_work() as uow:
+    with scope.transaction() as uow:
         for row in execute(uow, due).mappings().all():
             schedule = from_row(AssignSchedule, row)
             tick = latest_tick(schedule.cron, schedule.every_ms, schedule.next_due_ms, now)

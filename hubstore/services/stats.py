@@ -208,7 +208,7 @@ def expire_queued(sql: SqlDialect, now: int) -> ReturningUpdate[str]:
 def sweep_expired(scope: Scope, now_ms: int | None = None) -> dict[str, int]:
     """Queued messages past expiry become dead letters; overdue human requests time out."""
     now = resolve_now(now_ms)
-    with scope.unit_of_work() as uow:
+    with scope.transaction() as uow:
         expired = list(scalars(uow, expire_queued(uow.sql, now)))
         record_dead_letters(uow, expired, "ttl_expired", None, now)
         timed_out = expire_human_requests(uow, now)
@@ -217,7 +217,7 @@ def sweep_expired(scope: Scope, now_ms: int | None = None) -> dict[str, int]:
 
 def get_queue_depths(scope: Scope) -> dict[str, int]:
     """Queued messages by urgency, and the dead-letter count."""
-    with scope.unit_of_work(write=False) as uow:
+    with scope.transaction(write=False) as uow:
         c = counts(uow)
     return _depths(c)
 
@@ -225,7 +225,7 @@ def get_queue_depths(scope: Scope) -> dict[str, int]:
 def get_delivery_stats(scope: Scope, now_ms: int | None = None) -> dict[str, Any]:
     """Acked messages created in the last five minutes."""
     now = resolve_now(now_ms)
-    with scope.unit_of_work(write=False) as uow:
+    with scope.transaction(write=False) as uow:
         total = scalar(uow, select(func.count()).select_from(_messages).where(
             _messages.c.status == const("acked"),
             _messages.c.created_at_ms > now - DELIVERY_WINDOW_MS))
@@ -237,7 +237,7 @@ def get_hub_stats(scope: Scope) -> dict[str, Any]:
     reference's figures); where assign limits exist, also ``assign_limits``: each
     key's limit, its running jobs and its starts in the last window
     (``AssignLimit.to_dict()`` but the key)."""
-    with scope.unit_of_work(write=False) as uow:
+    with scope.transaction(write=False) as uow:
         c = counts(uow)
         limits = get_assign_limits(uow)
     figures: dict[str, Any] = {
@@ -255,7 +255,7 @@ def get_hub_stats(scope: Scope) -> dict[str, Any]:
 
 def get_audit_stats(scope: Scope) -> dict[str, int]:
     """The audit figures."""
-    with scope.unit_of_work(write=False) as uow:
+    with scope.transaction(write=False) as uow:
         c = counts(uow)
     return {
         "online_agents": c["online_agents"],

@@ -70,7 +70,7 @@ def sweep_timed_out_assigns(scope: Scope, now_ms: int | None = None) -> dict[str
     jobs, the most recently updated first; a job retried here is not swept again by the
     same call (the due jobs are chosen once, up front)."""
     now = resolve_now(now_ms)
-    with scope.unit_of_work() as uow:
+    with scope.transaction() as uow:
         timed_out, retried = time_out_due(uow, now)
     return {"timed_out": timed_out, "retried": retried}
 
@@ -111,7 +111,7 @@ def take_back_stalled(scope: Scope, now: int) -> int:
     one), when this store's look is due (else nothing); the number timed out."""
     if not rescue_due(scope.db, now):
         return 0
-    with scope.unit_of_work() as uow:
+    with scope.transaction() as uow:
         return rescue_stalled(uow, now)
 
 

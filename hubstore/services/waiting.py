@@ -1,26 +1,29 @@
-"""Waiting for work across processes: ``wait_for_assign`` and message feeds (store only).
+"""Waiting for work across processes: ``wait_for_assign``, ``wait_for_result`` and message
+feeds.
 
 Commit order comes from ``message_log`` (revision 0007: why, per dialect, is written
 there): every message has a ``seq`` in the order its transaction committed, one
 transaction's messages consecutive and in write order. A feed's position is a seq; a
 read takes the highest committed seq first, then the agent's messages between its
 position and that head, so a transaction committing meanwhile (a higher seq) is left
-for the next read, never skipped. Waking is :mod:`hubstore.signals`.
+for the next read, never skipped. Waking is :mod:`hubstore.signals`, through the store's
+change watcher (:meth:`~hubstore.database.Database.change_watcher`).
+
+Called on a unit of work, a wait runs inside its transaction, as any store method does:
+it then holds that transaction (and, on SQLite, the write lock that other processes need
+to queue work) while it waits. Wait on the store, outside a unit of work.
 """
 
 from __future__ import annotations
 
 import functools
 import re
-import threading
 import time
 from collections.abc import Callable, Iterable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, bindparam, func, or_, select, text
-from sqlalchemy.engine import URL
 
 from hubstore import assign_rules as rules
 from hubstore import signals
@@ -39,8 +42,11 @@ from hubstore.services.claims import (
 from hubstore.services.limits import full_limits
 from hubstore.services.messages import feed_topics
 from hubstore.services.timeouts import next_rescue_ms, take_back_stalled
-from hubstore.transaction import Scope, Transaction
+from hubstore.transaction import Scope, Transaction, open_transaction
 from hubstore.validation import as_number, require_id, require_int, string_list
+
+if TYPE_CHECKING:
+    from hubstore.database import Database
 
 MAX_FEED_BATCH = 1000
 #: How soon a waiter claims again when its claim found nothing but a job is there (it
@@ -181,7 +187,7 @@ def wait_plan(scope: Scope, worker_agent: str) -> WaitPlan:
     comes first; and the wake-ups to listen for: the worker's, and room freed under each
     limit that is full now (its jobs are held)."""
     now = now_ms()
-    with scope.unit_of_work(write=False) as uow:
+    with scope.transaction(write=False) as uow:
         full, reopen = full_limits(uow, now)
         times = [t for t in (next_due_ms(uow, worker_agent), next_rescue_ms(uow), reopen)
                  if t is not None]
@@ -235,14 +241,16 @@ def feed_keys(agent_id: str, topics: Iterable[str]) -> frozenset[str]:
 class MessageFeed:
     """The messages ``poll_for_agent`` would show an agent, each once, in commit order.
 
-    Made by :meth:`WaitingOps.message_feed`. ``cursor`` resumes right after the last
+    Made by ``store.message_feed(agent_id)``. ``cursor`` resumes right after the last
     message :meth:`next` returned, in any process (positions are commit-order seqs).
-    A feed is not meant to be shared by threads reading at the same time.
+    Each read is a transaction of its own (or joins the unit of work open in the
+    reading thread). A feed is not meant to be shared by threads reading at the same
+    time.
     """
 
-    def __init__(self, store: WaitingOps, agent_id: str, include_topics: list[str],
+    def __init__(self, db: Database, agent_id: str, include_topics: list[str],
                  position: int) -> None:
-        self.store = store
+        self.db = db
         self.agent_id = agent_id
         self.include_topics = include_topics
         self.position = position
@@ -255,7 +263,7 @@ class MessageFeed:
     def read(self, max_messages: int) -> FeedBatch:
         """One look at the tables from the current position (the position stays)."""
         max_messages = check_batch(max_messages)
-        with self.store.unit_of_work(write=False) as uow:
+        with open_transaction(self.db, write=False) as uow:
             return read_feed(uow, self.agent_id, self.include_topics, self.position,
                              max_messages)
 
@@ -267,7 +275,7 @@ class MessageFeed:
         empty list once ``timeout_s`` passed with none."""
         limit = check_batch(max_messages)
         deadline = deadline_after(timeout_s)
-        watcher = self.store.change_watcher()
+        watcher = self.db.change_watcher()
         with watcher.subscribe(signals.MESSAGES, self.keys()) as sub:
             while True:
                 sub.clear()
@@ -283,111 +291,81 @@ class MessageFeed:
                     return []
 
 
-class WaitingOps:
-    """Store-only methods that wait for other processes' commits."""
+def wait_for_assign(scope: Scope, worker_agent: str, timeout_s: float | None = 30.0
+                    ) -> AssignJob | None:
+    """Claim the worker's next queued job (as ``claim_next_assign``); when there is none,
+    wait until any process queues one and claim it. None once ``timeout_s`` passed (never
+    before; None waits without limit)."""
+    require_id(worker_agent, "worker_agent")
+    jobs = claim_waiting(scope, worker_agent, timeout_s, lambda uow: [
+        job for job in [claim_next_assign(uow, worker_agent)] if job is not None])
+    return jobs[0] if jobs else None
 
-    url: URL
-    #: Where the PostgreSQL listener connects: None means the store's URL; a direct URL
-    #: when the store goes through PgBouncer in transaction mode; False for no LISTEN
-    #: (waiters then look every FALLBACK_RECHECK_S). Set it before the first wait.
-    listen_url: URL | str | bool | None = None
 
-    _watcher_guard = threading.Lock()
+def wait_for_assigns(scope: Scope, worker_agent: str, limit: int = 10,
+                     timeout_s: float | None = 30.0) -> list[AssignJob]:
+    """Claim up to ``limit`` of the worker's queued jobs (as ``claim_next_assigns``); when
+    there are none, wait until any process queues one and claim what is there then. An
+    empty list once ``timeout_s`` passed."""
+    require_id(worker_agent, "worker_agent")
+    require_int(limit, "limit", minimum=1, maximum=MAX_BATCH)
+    return claim_waiting(scope, worker_agent, timeout_s,
+                         lambda uow: claim_next_assigns(uow, worker_agent, limit))
 
-    def unit_of_work(self, write: bool = True) -> AbstractContextManager[Transaction]:
-        """The store's units of work (see HubStore)."""
-        raise NotImplementedError
 
-    def change_watcher(self) -> signals.ChangeWatcher:
-        """This store's watcher (made on first use)."""
-        watcher: signals.ChangeWatcher | None = self.__dict__.get("_change_watcher")
-        if watcher is None:
-            with self._watcher_guard:
-                watcher = self.__dict__.get("_change_watcher")
-                if watcher is None:
-                    watcher = signals.ChangeWatcher(self.url, self.listen_url)
-                    self.__dict__["_change_watcher"] = watcher
-        return watcher
+def claim_waiting(scope: Scope, worker_agent: str, timeout_s: float | None,
+                  claim: Callable[[Transaction], list[AssignJob]]) -> list[AssignJob]:
+    """``claim`` the worker's jobs; while it takes none, wait for a wake-up (or the next
+    scheduled job's time) and claim again. An empty list once ``timeout_s`` passed."""
+    deadline = deadline_after(timeout_s)
+    watcher = scope.db.change_watcher()
+    with watcher.subscribe(signals.ASSIGNS, [signals.worker_key(worker_agent)]) as sub:
+        while True:
+            sub.clear()
+            with scope.transaction() as uow:
+                jobs = claim(uow)
+                plan = None if jobs else wait_plan(uow, worker_agent)
+            if plan is None:
+                return jobs
+            sub.keys = plan.keys
+            if not pause(sub, deadline, plan.due):
+                return []
 
-    def close_waiters(self) -> None:
-        """Stop this store's watcher thread and wake its waiters (store.close calls it)."""
-        watcher = self.__dict__.pop("_change_watcher", None)
-        if watcher is not None:
-            watcher.close()
 
-    def wait_for_assign(self, worker_agent: str, timeout_s: float | None = 30.0
-                        ) -> AssignJob | None:
-        """Claim the worker's next queued job (as ``claim_next_assign``); when there is
-        none, wait until any process queues one and claim it. None once ``timeout_s``
-        passed (never before; None waits without limit)."""
-        require_id(worker_agent, "worker_agent")
-        jobs = self._claim_waiting(worker_agent, timeout_s, lambda uow: [
-            job for job in [claim_next_assign(uow, worker_agent)] if job is not None])
-        return jobs[0] if jobs else None
+def wait_for_result(scope: Scope, job_id: str, timeout_s: float | None = 30.0
+                    ) -> AssignJob | None:
+    """The job once it has ended (succeeded, failed or timed out with no retry left,
+    cancelled), else None once ``timeout_s`` passed (None waits without limit).
+    AssignNotFound for an unknown job.
 
-    def wait_for_assigns(self, worker_agent: str, limit: int = 10,
-                         timeout_s: float | None = 30.0) -> list[AssignJob]:
-        """Claim up to ``limit`` of the worker's queued jobs (as ``claim_next_assigns``);
-        when there are none, wait until any process queues one and claim what is there
-        then. An empty list once ``timeout_s`` passed."""
-        require_id(worker_agent, "worker_agent")
-        require_int(limit, "limit", minimum=1, maximum=MAX_BATCH)
-        return self._claim_waiting(worker_agent, timeout_s,
-                                   lambda uow: claim_next_assigns(uow, worker_agent, limit))
+    Woken by the job's events (the supervisor's messages, any process); a job whose
+    deadline passes meanwhile is taken back (timed out, retried while retries remain),
+    as a claim would, so a dead worker's job ends without a sweeper."""
+    require_id(job_id, "job_id")
+    deadline = deadline_after(timeout_s)
+    job, due = look_for_result(scope, job_id)
+    if job.status in rules.TERMINAL:
+        return job
+    watcher = scope.db.change_watcher()
+    with watcher.subscribe(signals.MESSAGES, result_keys(job)) as sub:
+        while True:
+            sub.clear()
+            job, due = look_for_result(scope, job_id)
+            if job.status in rules.TERMINAL:
+                return job
+            if not pause(sub, deadline, due):
+                return None
 
-    def _claim_waiting(self, worker_agent: str, timeout_s: float | None,
-                       claim: Callable[[Transaction], list[AssignJob]]) -> list[AssignJob]:
-        """``claim`` the worker's jobs; while it takes none, wait for a wake-up (or the
-        next scheduled job's time) and claim again. An empty list once ``timeout_s``
-        passed."""
-        deadline = deadline_after(timeout_s)
-        watcher = self.change_watcher()
-        with watcher.subscribe(signals.ASSIGNS, [signals.worker_key(worker_agent)]) as sub:
-            while True:
-                sub.clear()
-                with self.unit_of_work() as uow:
-                    jobs = claim(uow)
-                    plan = None if jobs else wait_plan(uow, worker_agent)
-                if plan is None:
-                    return jobs
-                sub.keys = plan.keys
-                if not pause(sub, deadline, plan.due):
-                    return []
 
-    def wait_for_result(self, job_id: str, timeout_s: float | None = 30.0
-                        ) -> AssignJob | None:
-        """The job once it has ended (succeeded, failed or timed out with no retry left,
-        cancelled), else None once ``timeout_s`` passed (None waits without limit).
-        AssignNotFound for an unknown job.
-
-        Woken by the job's events (the supervisor's messages, any process); a job whose
-        deadline passes meanwhile is taken back (timed out, retried while retries
-        remain), as a claim would, so a dead worker's job ends without a sweeper."""
-        require_id(job_id, "job_id")
-        deadline = deadline_after(timeout_s)
-        scope = cast(Scope, self)  # (the store this mixin is part of)
-        job, due = look_for_result(scope, job_id)
-        if job.status in rules.TERMINAL:
-            return job
-        watcher = self.change_watcher()
-        with watcher.subscribe(signals.MESSAGES, result_keys(job)) as sub:
-            while True:
-                sub.clear()
-                job, due = look_for_result(scope, job_id)
-                if job.status in rules.TERMINAL:
-                    return job
-                if not pause(sub, deadline, due):
-                    return None
-
-    def message_feed(self, agent_id: str, include_topics: Iterable[str] | None = None,
-                     cursor: str | None = None) -> MessageFeed:
-        """A feed of the agent's messages (see :class:`MessageFeed`), starting after
-        ``cursor``, else after every message committed before this call."""
-        require_id(agent_id, "agent_id")
-        topics = string_list(include_topics, "include_topics") if include_topics else []
-        if cursor is not None:
-            position = parse_cursor(cursor)
-        else:
-            with self.unit_of_work(write=False) as uow:
-                position = feed_head(uow)
-        return MessageFeed(self, agent_id, topics, position)
+def message_feed(scope: Scope, agent_id: str, include_topics: Iterable[str] | None = None,
+                 cursor: str | None = None) -> MessageFeed:
+    """A feed of the agent's messages (see :class:`MessageFeed`), starting after
+    ``cursor``, else after every message committed before this call."""
+    require_id(agent_id, "agent_id")
+    topics = string_list(include_topics, "include_topics") if include_topics else []
+    if cursor is not None:
+        position = parse_cursor(cursor)
+    else:
+        with scope.transaction(write=False) as uow:
+            position = feed_head(uow)
+    return MessageFeed(scope.db, agent_id, topics, position)

@@ -87,14 +87,14 @@ def read_snapshot(uow: Transaction) -> Snapshot:
 
 def snapshot(store: HubStore) -> Snapshot:
     """The :class:`Snapshot`, in a read-only unit of work of its own."""
-    with store.unit_of_work(write=False) as uow:
+    with store.transaction(write=False) as uow:
         return read_snapshot(uow)
 
 
 def worker_depths(store: HubStore) -> list[tuple[str, int, int]]:
     """(worker, queued, running) for the workers with the most queued jobs, from the
     trigger-kept counts of revision 0015 (no job is read)."""
-    with store.unit_of_work(write=False) as uow:
+    with store.transaction(write=False) as uow:
         return jobs_by_worker(uow, MAX_WORKERS)
 
 
@@ -121,6 +121,6 @@ def messages_by_id(store: HubStore, ids: list[str]) -> dict[str, Message]:
     """The messages with these ids (primary-key lookups, one statement)."""
     if not ids:
         return {}
-    with store.unit_of_work(write=False) as uow:
+    with store.transaction(write=False) as uow:
         rows = execute(uow, select(_messages).where(_messages.c.id.in_(ids))).mappings()
         return {str(row["id"]): from_row(Message, row) for row in rows}

@@ -277,7 +277,7 @@ def test_move_is_fenced_by_the_status_and_attempt_it_read(store: HubStore,
                   "UPDATE assign_jobs SET attempt = attempt + 1 WHERE job_id = :id"):
         job = AssignJobFactory.create(status="queued")
         heard.clear()
-        with pytest.raises(ConcurrentUpdate), store.unit_of_work() as uow:
+        with pytest.raises(ConcurrentUpdate), store.transaction() as uow:
             locked = lock_job(uow, job.job_id)
             assert locked is not None
             uow.session.execute(text(sneak), {"id": job.job_id})

@@ -39,6 +39,7 @@ VALID: dict[str, Any] = {
     "every": 60_000, "page_cursor": None,
     "human_answer": "accepted", "reflexion_cursor": None,
     "claimed_job": AssignJob(job_id="j-1", worker_agent="agent-1", attempt=1),
+    "callback": None,
 }
 
 
@@ -52,11 +53,11 @@ TEXT_KINDS = {"agent", "message", "job", "request", "entry", "team", "trace", "c
 def text_calls() -> list[tuple[str, str]]:
     """(method, argument) for every string argument of every method."""
     return [(name, arg) for name, spec in METHODS.items() for arg, kind in spec.items()
-            if kind in TEXT_KINDS and name != "ack_messages"]
+            if kind.removeprefix("?") in TEXT_KINDS and name != "ack_messages"]
 
 
 def call(store: HubStore, method: str, /, **override: Any) -> Any:
-    kwargs = {arg: VALID[kind] for arg, kind in METHODS[method].items()
+    kwargs = {arg: VALID[kind.removeprefix("?")] for arg, kind in METHODS[method].items()
               if arg != "**" and not arg.startswith("next.")}
     kwargs.update(override)
     value = getattr(store, method)(**kwargs)

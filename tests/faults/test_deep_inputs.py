@@ -57,6 +57,7 @@ DOCUMENTED: dict[tuple[str, str], str] = {
     ("list_assigns", "limit"): _NUMBER,
     ("update_reflexion_hit", "success"): _TRUTHY,
     ("unit_of_work", "write"): _TRUTHY,
+    ("transaction", "write"): _TRUTHY,  # (the store methods' scope, as unit_of_work)
     ("open", "auto_migrate"): _TRUTHY,
 }
 #: ``**kwargs`` typed Any that take another method's keyword arguments (its docstring).

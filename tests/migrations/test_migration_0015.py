@@ -22,7 +22,7 @@ from tests.reference_runner import reference_hub, run_reference
 
 def depths(store: HubStore) -> dict[str, tuple[int, int]]:
     """Every worker's (queued, running) as the counts say."""
-    with store.unit_of_work(write=False) as uow:
+    with store.transaction(write=False) as uow:
         return {w: (q, r) for w, q, r in jobs_by_worker(uow, 1_000)}
 
 
@@ -82,7 +82,7 @@ def test_the_counts_survive_the_fold_and_rank_the_busiest_first(store: HubStore)
     present(store.claim_next_assign("w-c"))
     fold(store)
     assert list(agree(store)) == ["w-b", "w-a", "w-c"]
-    with store.unit_of_work(write=False) as uow:
+    with store.transaction(write=False) as uow:
         assert jobs_by_worker(uow, 2) == [("w-b", 5, 0), ("w-a", 3, 0)]
     for job in store.claim_next_assigns("w-b", 5):
         store.finish_assign(job, "succeeded")

@@ -326,7 +326,7 @@ def test_round_trip_through_0007_keeps_every_log_row_and_seq(db_url: URL,
             (8, "queued"), (3, "queued"), (9, "acked"), (1, "dead_letter")]
         for priority, status in sent:
             store.audit_log("event", "x", "a1", "t", priority=priority, status=status)
-        with store.unit_of_work(write=False) as uow:
+        with store.transaction(write=False) as uow:
             figures = counts(uow)
             assert {k: figures[k] for k in plain_counts(uow)} == plain_counts(uow)
         assert figures["messages"] == len(rows["messages"]) + 4

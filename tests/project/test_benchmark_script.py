@@ -474,3 +474,18 @@ def test_every_command_on_the_performance_page_is_the_scripts_own(
             cli.build_parser("").parse_args(command[1:])
     named = set(re.findall(r"benchmarks/\w+\.py", PERFORMANCE.read_text(encoding="utf-8")))
     assert named and all((CHECKOUT / name).is_file() for name in named), named
+
+
+def test_the_instruction_script_runs_every_operation_on_its_own_database(
+        db_url: URL) -> None:
+    """benchmarks/bench_instructions.py without valgrind: each operation's database is
+    filled, then the counted calls all succeed (a call that failed would end the run)."""
+    script = importlib.import_module("benchmarks.bench_instructions")
+    url = db_url.render_as_string(hide_password=False)
+    for operation in script.OPERATIONS:
+        if operation != "claim":  # (one database for all: finish's jobs are claimed)
+            script.setup(url, operation)
+        script.child(url, operation, 3)
+    with HubStore.open(db_url) as store:
+        assert len(store.list_assigns(status="succeeded", limit=100)) == 3  # finish
+        assert len(store.list_reflexion()) == 3  # learn

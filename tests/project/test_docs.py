@@ -16,6 +16,7 @@ import pytest
 import hubstore
 from hubstore import errors
 from hubstore.cli import main
+from hubstore.operations import store_methods
 
 CHECKOUT = Path(__file__).resolve().parents[2]
 DOCS = CHECKOUT / "docs"
@@ -33,36 +34,11 @@ ID = re.compile(r"""\sid=["']([^"']+)["']""")
 
 #: What the API page shows of each class: hubstore's public contract (its API.md), and the
 #: extras the other pages tell callers to use (listen_url: waiting.md's PgBouncer part;
-#: count_messages_before: operations.md; uow.connection: concurrency.md; run_sync: the
-#: async way to a Session). Nothing else: no helper of the services, no private name.
-STORE_METHODS = {
-    "open", "close", "unit_of_work", "on_assign_status_change", "listen_url",
-    "register_agent", "get_agent", "refresh_lease", "update_agent_topics",
-    "list_online_agents", "list_all_agents", "get_agents_by_topic", "sweep_stale_agents",
-    "update_agent_status",
-    "audit_log", "enqueue_message", "get_message", "get_response_by_correlation",
-    "get_messages_by_trace", "update_message_status", "poll_for_agent",
-    "get_audit_messages_for_agent", "deliver_to_agent", "deliver_to_topic", "ack_messages",
-    "insert_human_request", "get_human_request", "update_human_request",
-    "answer_human_request", "get_pending_human_requests", "expire_human_requests",
-    "move_to_dead_letter", "get_dead_letters", "requeue_dead_letter", "discard_dead_letter",
-    "create_assign", "get_assign", "update_assign_status", "list_assigns", "page_assigns",
-    "retry_assign", "assign_async", "report_assign_result", "schedule_assign_retry",
-    "next_due_ms", "touch_assign", "finish_assign", "cancel_assign",
-    "set_assign_limit", "get_assign_limits", "remove_assign_limit", "set_assign_schedule",
-    "get_assign_schedules", "remove_assign_schedule", "run_due_schedules",
-    "assign_many", "claim_next_assigns", "report_assign_results", "wait_for_assigns",
-    "sweep_timed_out_assigns", "claim_next_assign",
-    "sweep_expired", "get_queue_depths", "get_delivery_stats", "get_hub_stats",
-    "get_audit_stats",
-    "add_reflexion", "get_reflexion", "find_reflexion", "update_reflexion_hit",
-    "prune_reflexion", "list_reflexion", "page_reflexion", "patch_reflexion",
-    "delete_reflexion",
-    "get_pipeline_state", "save_pipeline_state", "remove_pipeline_state",
-    "list_pipeline_states",
-    "wait_for_assign", "wait_for_result", "message_feed", "prune_messages",
-    "count_messages_before",
-}
+#: uow.connection: concurrency.md; run_sync: the async way to a Session). Nothing else:
+#: no helper of the services, no private name. The store methods are the ones
+#: HubOperations lists (docs/api.md's members are written from it too).
+STORE_METHODS = {"open", "close", "unit_of_work", "on_assign_status_change", "listen_url",
+                 *store_methods()}
 MODELS = {"Agent", "Message", "MessageInbox", "HumanRequest", "DeadLetter", "AssignJob",
           "PipelineState", "ReflexionEntry"}
 SHOWN = {

@@ -24,7 +24,7 @@ def sqlite_store(store: HubStore, backend: str) -> HubStore:
 
 
 def figures_exact(store: HubStore) -> dict[str, int]:
-    with store.unit_of_work(write=False) as uow:
+    with store.transaction(write=False) as uow:
         plain = plain_counts(uow)
         figures = counts(uow)
     assert {k: figures[k] for k in plain} == plain

@@ -57,7 +57,7 @@ def remaining(store: HubStore) -> dict[str, set[str]]:
 
 def assert_figures_exact(store: HubStore) -> None:
     """The trigger-kept figures equal counting the rows, through every figures method."""
-    with store.unit_of_work(write=False) as uow:
+    with store.transaction(write=False) as uow:
         plain = plain_counts(uow)
         assert counts(uow) | {"online_agents": 0} == plain | {"online_agents": 0}
     depths = {"urgent": plain["messages_queued_urgent"],

@@ -105,13 +105,13 @@ def test_assign_counters_stay_exact_through_multi_row_and_unchanged_status_updat
         with store.unit_of_work() as uow:
             uow.session.execute(text(sql))
         _assert_counters_match(store)
-    with store.unit_of_work(write=False) as uow:
+    with store.transaction(write=False) as uow:
         counted = counts(uow)
     assert (counted["assign_succeeded"], counted["assign_queued"]) == (4, 1)
 
 
 def _assert_counters_match(store: HubStore) -> None:
-    with store.unit_of_work(write=False) as uow:
+    with store.transaction(write=False) as uow:
         assert counts(uow) | {"online_agents": 0} == plain_counts(uow) | {"online_agents": 0}
 
 

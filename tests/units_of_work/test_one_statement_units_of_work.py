@@ -15,6 +15,7 @@ from sqlalchemy import event, text
 
 from hubstore import HubStore, HubStoreError, ValidationError
 from hubstore.errors import ReadOnlyUnitOfWork
+from hubstore.services import agents, assigns
 from tests.helpers import FAST_S, driver_trace, engine_statements
 
 
@@ -143,9 +144,9 @@ def test_a_second_statement_of_a_one_select_read_is_refused(store: HubStore) -> 
         pytest.skip("the autocommit guard is SQLite's")
     store.register_agent("a", "codex")
     with pytest.raises(HubStoreError, match="second statement"), \
-            store.one_read() as uow:
-        assert uow.get_assign("none") is None
-        uow.get_assign("again")
+            store.one_read() as tx:  # (the store methods' own transaction: its services)
+        assert assigns.get_assign(tx, "none") is None
+        assigns.get_assign(tx, "again")
 
 
 def test_one_statement_writes_inside_a_unit_of_work_join_it(store: HubStore) -> None:
@@ -171,8 +172,8 @@ def test_a_connection_goes_back_to_the_pool_as_it_came(
     with store.unit_of_work() as uow:
         driver = uow.driver
         assert (driver.autocommit, driver.read_only) == (False, None)
-    with store.one_statement() as uow:
-        assert uow.driver is driver and driver.autocommit is True
+    with store.one_statement() as tx:
+        assert tx.driver is driver and driver.autocommit is True
     with store.unit_of_work(write=False) as uow:
         assert uow.driver is driver and (driver.autocommit, driver.read_only) == (False, True)
     with store.unit_of_work() as uow:  # a transaction again, and writable
@@ -188,8 +189,8 @@ def test_a_connection_goes_back_to_the_pool_as_it_came(
         real.fset(conn, value)
 
     monkeypatch.setattr(type(driver), "autocommit", property(real.fget, refused))
-    with store.one_statement() as uow:
-        assert uow.driver is driver
+    with store.one_statement() as tx:
+        assert tx.driver is driver
     monkeypatch.undo()
     with store.unit_of_work() as uow:  # dropped, never handed out in autocommit
         assert uow.driver is not driver and uow.driver.autocommit is False
@@ -221,27 +222,27 @@ def test_a_second_statement_of_a_one_statement_unit_of_work_is_refused(
         pytest.skip("the autocommit guard is SQLite's")
     store.register_agent("a", "codex")
     with pytest.raises(HubStoreError, match="second statement"), \
-            store.one_statement() as uow:
-        uow.refresh_lease("a", ttl_ms=5_000)
-        uow.update_agent_topics("a", ["never"])
+            store.one_statement() as tx:
+        agents.refresh_lease(tx, "a", ttl_ms=5_000)
+        agents.update_agent_topics(tx, "a", ["never"])
     agent = store.get_agent("a")
     assert agent is not None and agent.topics == []
-    with store.one_statement() as uow:
+    with store.one_statement() as tx:
         with store.unit_of_work(write=False):  # a read-only block's pragmas are no write
             assert store.get_agent("a") is not None
-        uow.refresh_lease("a", ttl_ms=6_000)  # the one statement, still allowed
+        agents.refresh_lease(tx, "a", ttl_ms=6_000)  # the one statement, still allowed
     agent = store.get_agent("a")
     assert agent is not None and agent.lease_expires_ms - agent.last_seen_ms == 6_000
-    with store.one_statement() as uow:
-        uow.begin()
-        uow.refresh_lease("a", ttl_ms=5_000)
-        uow.update_agent_topics("a", ["both"])
+    with store.one_statement() as tx:
+        tx.begin()
+        agents.refresh_lease(tx, "a", ttl_ms=5_000)
+        agents.update_agent_topics(tx, "a", ["both"])
     agent = store.get_agent("a")
     assert agent is not None and agent.topics == ["both"]
     with pytest.raises(HubStoreError, match="second statement"), \
-            store.one_statement() as uow:
-        uow.refresh_lease("a")
-        uow.begin()  # too late: the one statement has committed
+            store.one_statement() as tx:
+        agents.refresh_lease(tx, "a")
+        tx.begin()  # too late: the one statement has committed
 
 
 def test_one_select_reads_use_the_idle_writers_connection_and_take_no_lock(

@@ -118,7 +118,7 @@ INSERT_JOB = Prepared(insert(JOBS).values({c.name: bindparam(c.name) for c in JO
 def _duplicate_and_bad_value(store: HubStore) -> list[tuple[type[BaseException], str, Any]]:
     """A duplicate key and a value the database refuses, each in its own unit of work."""
     job = store.assign_async("lead", "w", task="t")
-    with store.unit_of_work(write=False) as uow:
+    with store.transaction(write=False) as uow:
         row = SELECT_JOB.rows(uow, {"p_job_id": job.job_id})[0]
     found: list[tuple[type[BaseException], str, Any]] = []
     attempts: list[Callable[[Any], Any]] = [
@@ -127,7 +127,7 @@ def _duplicate_and_bad_value(store: HubStore) -> list[tuple[type[BaseException],
                                          "priority": 2**40}),  # outside INTEGER
     ]
     for attempt in attempts:
-        with pytest.raises(HubStoreError) as caught, store.unit_of_work() as uow:
+        with pytest.raises(HubStoreError) as caught, store.transaction() as uow:
             attempt(uow)
         error = caught.value
         cause = error.__cause__  # (SQLite's driver path raises sqlite3's own error)
@@ -151,7 +151,7 @@ def test_a_statement_with_an_in_list_runs_through_the_layer_on_postgresql(
         table.c.id.in_(bindparam("ids", expanding=True))).order_by(table.c.id), table)
     first = store.audit_log("event", "a", "b", "t")
     second = store.audit_log("event", "a", "b", "t")
-    with store.unit_of_work(write=False) as uow:
+    with store.transaction(write=False) as uow:
         if store.dialect == "sqlite":
             with pytest.raises(TypeError):
                 listed.rows(uow, {"ids": [first.id, second.id]})

@@ -287,7 +287,7 @@ def test_cursor_resumes_in_a_new_process(db_url: URL) -> None:
         done = Child("resume", db_url, "a1", feed.cursor).result()
         assert done["ids"] == [*ids[2:], later]
         # and the child's cursor resumes here, after everything it read
-        assert MessageFeed(store, "a1", [], 0).cursor != done["cursor"]
+        assert MessageFeed(store.db, "a1", [], 0).cursor != done["cursor"]
         assert store.message_feed("a1", cursor=done["cursor"]).next(timeout_s=0) == []
 
 
@@ -340,4 +340,5 @@ def test_close_wakes_the_waiters_and_stops_the_watcher(
     if thread is not None:
         thread.join(timeout=5)
         assert not thread.is_alive()
-    assert "_change_watcher" not in store.__dict__
+    assert store.change_watcher() is not watcher  # closed: a later wait makes a new one
+    store.close()
