@@ -168,8 +168,8 @@ class HubOperations:
     prune_messages = retention.prune_messages
     count_messages_before = retention.count_messages_before
 
-    # Waiting for other processes' commits (on a unit of work, inside its transaction:
-    # see services/waiting.py; hubstore.aio writes its own, which wait on the event loop)
+    # Waiting for other processes' commits (the waits refuse to run inside a unit of
+    # work: see services/waiting.py; hubstore.aio writes its own, on the event loop)
     wait_for_assign = waiting.wait_for_assign
     wait_for_assigns = waiting.wait_for_assigns
     wait_for_result = waiting.wait_for_result

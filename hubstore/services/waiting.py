@@ -9,9 +9,9 @@ position and that head, so a transaction committing meanwhile (a higher seq) is 
 for the next read, never skipped. Waking is :mod:`hubstore.signals`, through the store's
 change watcher (:meth:`~hubstore.database.Database.change_watcher`).
 
-Called on a unit of work, a wait runs inside its transaction, as any store method does:
-it then holds that transaction (and, on SQLite, the write lock that other processes need
-to queue work) while it waits. Wait on the store, outside a unit of work.
+A wait would hold the transaction of a unit of work open around it (and, on SQLite, the
+write lock that other processes need to queue the work it waits for), so the waits
+refuse to run in one (ValidationError): wait on the store, outside any unit of work.
 """
 
 from __future__ import annotations
@@ -291,12 +291,24 @@ class MessageFeed:
                     return []
 
 
+def refuse_inside_unit_of_work(scope: Scope, call: str) -> None:
+    """ValidationError when a unit of work is open in this thread: a wait in it would
+    hold its transaction open while other processes need to commit what it waits for."""
+    if scope.db.current_uow.get() is not None:
+        raise ValidationError(
+            f"{call} waits for other processes' commits, and a unit of work is open "
+            "here: its transaction would stay open (on SQLite, holding the write lock "
+            "they need) while it waits. Call it on the store, outside the unit of work "
+            "(claim_next_assign claims inside one)")
+
+
 def wait_for_assign(scope: Scope, worker_agent: str, timeout_s: float | None = 30.0
                     ) -> AssignJob | None:
     """Claim the worker's next queued job (as ``claim_next_assign``); when there is none,
     wait until any process queues one and claim it. None once ``timeout_s`` passed (never
     before; None waits without limit)."""
     require_id(worker_agent, "worker_agent")
+    refuse_inside_unit_of_work(scope, "wait_for_assign")
     jobs = claim_waiting(scope, worker_agent, timeout_s, lambda uow: [
         job for job in [claim_next_assign(uow, worker_agent)] if job is not None])
     return jobs[0] if jobs else None
@@ -309,6 +321,7 @@ def wait_for_assigns(scope: Scope, worker_agent: str, limit: int = 10,
     empty list once ``timeout_s`` passed."""
     require_id(worker_agent, "worker_agent")
     require_int(limit, "limit", minimum=1, maximum=MAX_BATCH)
+    refuse_inside_unit_of_work(scope, "wait_for_assigns")
     return claim_waiting(scope, worker_agent, timeout_s,
                          lambda uow: claim_next_assigns(uow, worker_agent, limit))
 
@@ -343,6 +356,7 @@ def wait_for_result(scope: Scope, job_id: str, timeout_s: float | None = 30.0
     as a claim would, so a dead worker's job ends without a sweeper."""
     require_id(job_id, "job_id")
     deadline = deadline_after(timeout_s)
+    refuse_inside_unit_of_work(scope, "wait_for_result")
     job, due = look_for_result(scope, job_id)
     if job.status in rules.TERMINAL:
         return job

@@ -606,6 +606,9 @@ def check_read_back(store: HubStore, name: str, kwargs: dict[str, Any], value: A
     elif name in ("audit_log", "enqueue_message"):
         payload = given.get("payload")
         assert same(as_written({} if payload is None else payload), value.payload)
+    elif name == "create_assign" and value.deduplicated:
+        # A queued or running job held the unique key: that job, as it was written.
+        assert value.unique_key == given.get("unique_key")
     elif name == "create_assign":
         payload = given.get("payload")
         want = {} if payload is None or payload in (0, "", False) else payload

@@ -342,3 +342,23 @@ def test_close_wakes_the_waiters_and_stops_the_watcher(
         assert not thread.is_alive()
     assert store.change_watcher() is not watcher  # closed: a later wait makes a new one
     store.close()
+
+
+def test_the_waits_refuse_to_run_inside_a_unit_of_work(store: HubStore) -> None:
+    """A wait inside a unit of work would hold its transaction open (on SQLite, the
+    write lock other processes need to queue the work it waits for): refused, on the
+    unit of work and on the store alike, before anything is claimed."""
+    job = store.assign_async("lead", "w")
+    with store.unit_of_work() as uow:
+        for scope in (uow, store):
+            with pytest.raises(ValidationError, match="wait_for_assign waits for other"):
+                scope.wait_for_assign("w", timeout_s=0)
+            with pytest.raises(ValidationError, match="wait_for_assigns waits"):
+                scope.wait_for_assigns("w", 5, timeout_s=0)
+            with pytest.raises(ValidationError, match="wait_for_result waits"):
+                scope.wait_for_result(job.job_id, timeout_s=0)
+        assert uow.claim_next_assign("w") is not None  # a claim inside one is fine
+    assert present(store.get_assign(job.job_id)).status == "running"
+    finished = store.finish_assign(present(store.get_assign(job.job_id)), "succeeded")
+    done = present(store.wait_for_result(job.job_id, timeout_s=0))
+    assert (done.status, done.updated_at_ms) == ("succeeded", finished.job.updated_at_ms)
