@@ -1,9 +1,12 @@
-"""Every ``hubstore`` command run as a user runs it: a subprocess (``python -m hubstore``
-or the ``hubstore`` console script), real files and databases, on SQLite and on
-PostgreSQL where the command applies; output and exit status checked."""
+"""Every ``hubstore`` command run as a user runs it: a process of its own per command
+(``python -m hubstore`` forked from a process that imported the command line once:
+tests/cli/forked_cli.py; the entry points themselves as plain subprocesses), real files
+and databases, on SQLite and on PostgreSQL where the command applies; output and exit
+status checked."""
 
 from __future__ import annotations
 
+import atexit
 import fcntl
 import json
 import os
@@ -42,6 +45,7 @@ from hubstore.testing.factories import (
     ReflexionEntryFactory,
 )
 from hubstore.types import AssignStatus
+from tests.cli.forked_cli import ForkedCli
 from tests.conftest import FIXTURES, PostgresDatabases
 from tests.helpers import present
 from tests.reference_ddl import build_legacy
@@ -55,13 +59,16 @@ ENV = {k: v for k, v in os.environ.items() if k != ENV_URL} | {
     "COLUMNS": "80", "NO_COLOR": "1", "TERM": "dumb"}
 
 
+FORKED = ForkedCli()
+atexit.register(FORKED.close)
+
+
 def hubstore(*args: str, url: URL | None = None, stdin: str = "",
              cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """``python -m hubstore ARGS [--url URL]``, as a shell would run it."""
+    """``python -m hubstore ARGS [--url URL]``, as a shell would run it (in a process of
+    its own, forked: see tests/cli/forked_cli.py)."""
     extra = ["--url", url.render_as_string(hide_password=False)] if url is not None else []
-    return subprocess.run([sys.executable, "-m", "hubstore", *args, *extra], input=stdin,
-                          capture_output=True, text=True, env=ENV, cwd=cwd, timeout=300,
-                          check=False)
+    return FORKED.run([*args, *extra], env=ENV, stdin=stdin, cwd=cwd)
 
 
 def file_stamp(url: URL) -> tuple[bytes, int, bytes] | None:
