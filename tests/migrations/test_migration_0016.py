@@ -29,7 +29,7 @@ def test_down_to_0015_and_up_again_keeps_every_count(db_url: URL, backend: str) 
         migrations.downgrade(db_url, "0015")
         with engine.begin() as conn:
             assert "assign_limit_releases" not in table_names(conn)
-            rows = dict(conn.execute(text(
+            rows: dict[str, int] = dict(conn.execute(text(
                 "SELECT key, running FROM assign_limits")).all())
             assert rows == {"k": 2, "r": 0}
             assert conn.execute(text("SELECT released_at_ms FROM assign_limits "
