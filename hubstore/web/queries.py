@@ -5,7 +5,8 @@
   (``idx_human_requests_state``: one entry per pending request), the jobs finished in the
   last minute and each status's latest update (``idx_assign_jobs_status``, a range per
   status). What the overview, /metrics and the live updates show.
-- :func:`worker_depths`: queued and running jobs per worker (revision 0015's counts).
+- :func:`with_worker_depths`: the snapshot, and queued and running jobs per worker
+  (revision 0015's counts), in one reading.
 - :func:`messages_by_id`: the messages of a page of dead letters.
 
 They run in a read-only unit of work of the sync store (the console calls them on the
@@ -91,11 +92,12 @@ def snapshot(store: HubStore) -> Snapshot:
         return read_snapshot(uow)
 
 
-def worker_depths(store: HubStore) -> list[tuple[str, int, int]]:
-    """(worker, queued, running) for the workers with the most queued jobs, from the
-    trigger-kept counts of revision 0015 (no job is read)."""
+def with_worker_depths(store: HubStore) -> tuple[Snapshot, list[tuple[str, int, int]]]:
+    """The :class:`Snapshot` and (worker, queued, running) for the workers with the most
+    queued jobs (revision 0015's trigger-kept counts: no job is read), in one read-only
+    unit of work: one reading of the hub, what the overview and /metrics show."""
     with store.transaction(write=False) as uow:
-        return jobs_by_worker(uow, MAX_WORKERS)
+        return read_snapshot(uow), jobs_by_worker(uow, MAX_WORKERS)
 
 
 @dataclass(frozen=True)

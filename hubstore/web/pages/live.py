@@ -12,7 +12,7 @@ from hubstore.errors import HubStoreError
 from hubstore.validation import require_id
 from hubstore.web.console import console_of, failed
 from hubstore.web.metrics import CONTENT_TYPE_LATEST, exposition
-from hubstore.web.queries import snapshot, worker_depths
+from hubstore.web.queries import with_worker_depths
 
 #: A comment line this often keeps proxies from closing an idle stream.
 KEEPALIVE_S = 15.0
@@ -66,9 +66,7 @@ async def message_events(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
-    store = console_of(request).store
-    snap = await store.run_sync(snapshot)
-    workers = await store.run_sync(worker_depths)
+    snap, workers = await console_of(request).store.run_sync(with_worker_depths)
     return Response(exposition(snap, workers), media_type=CONTENT_TYPE_LATEST,
                     headers={"Cache-Control": "no-store"})
 

@@ -11,14 +11,13 @@ from starlette.routing import Route
 
 from hubstore.ids import now_ms
 from hubstore.web.console import console_of, render
-from hubstore.web.queries import snapshot, worker_depths
+from hubstore.web.queries import with_worker_depths
 
 
 async def _context(request: Request) -> dict[str, Any]:
     store = console_of(request).store
-    snap = await store.run_sync(snapshot)
+    snap, depths = await store.run_sync(with_worker_depths)
     agents = await store.list_all_agents()
-    depths = await store.run_sync(worker_depths)
     limits = [limit.to_dict() for limit in (await store.get_assign_limits()).values()]
     return {"snap": snap, "agents": agents, "depths": depths, "limits": limits,
             "now": now_ms(), "jobs": snap.jobs_by_status, "figures": snap.figures}
