@@ -71,15 +71,14 @@ def claim_statement(sql: SqlDialect) -> Prepared:
     ).cte("picked")
     chosen = select(picked.c.job_id)
     # A job started in the room another one left is stamped no earlier than that one's
-    # end (revision 0014's released_at_ms).
-    released: Any = (select(func.max(_releases.c.released_at_ms))
-                     .where(_releases.c.key == _c.limit_key).scalar_subquery())
+    # end (the latest release time of its key, revision 0016).
+    gone = _released()
+    released: Any = select(gone.c.at).where(gone.c.key == _c.limit_key).scalar_subquery()
     if sql.row_locks:
         wanted = (select(picked.c.limit_key, func.count().label("n"))
                   .where(picked.c.limited.is_not(None)).group_by(picked.c.limit_key)
                   .cte("wanted"))
         slot = _limits.alias("slot")
-        gone = _released()
         # The key's start count is read under its lock (its newest version), its
         # releases as the statement's snapshot saw them: never more than there were.
         slots = sql.materialized(
