@@ -9,8 +9,9 @@ unit of work open in this thread); called on a unit of work it joins that unit o
 transaction. No wrappers to keep in step, and mypy checks every call against the
 function's own signature.
 
-This class is the only place the store methods are named: the store and the unit of
-work get them from it (neither inherits a transaction or a mixin with logic: each holds
+These two classes are the only place the store methods are named: the store and the
+unit of work get them from :class:`HubOperations`, the store alone the waits of
+:class:`StoreOperations` (neither inherits a transaction or a mixin with logic: each holds
 what it runs on), and the generated async methods (:mod:`hubstore.aio_codegen`), the
 traced methods (:mod:`hubstore.telemetry`), the API page's members (tools/docs_build.py)
 and the tests' lists of methods are all read from :func:`store_methods`.
@@ -168,8 +169,14 @@ class HubOperations:
     prune_messages = retention.prune_messages
     count_messages_before = retention.count_messages_before
 
-    # Waiting for other processes' commits (the waits refuse to run inside a unit of
-    # work: see services/waiting.py; hubstore.aio writes its own, on the event loop)
+
+
+class StoreOperations(HubOperations):
+    """The store methods of the store only (API.md: "these wait, so they are store
+    methods only", not unit-of-work methods): waiting for other processes' commits.
+    Called on the store inside a unit of work of its thread, the waits refuse to run
+    (services/waiting.py); hubstore.aio writes its own, on the event loop."""
+
     wait_for_assign = waiting.wait_for_assign
     wait_for_assigns = waiting.wait_for_assigns
     wait_for_result = waiting.wait_for_result
@@ -178,7 +185,9 @@ class HubOperations:
 
 def store_methods() -> dict[str, Callable[..., Any]]:
     """Every store method, by name, in the facade's order: the service functions that
-    :class:`HubOperations` lists (not its scope methods)."""
-    return {name: value for name, value in vars(HubOperations).items()
+    :class:`HubOperations` lists (not its scope methods), then the store's own waits
+    (:class:`StoreOperations`)."""
+    return {name: value for owner in (HubOperations, StoreOperations)
+            for name, value in vars(owner).items()
             if inspect.isfunction(value) and not name.startswith("_")
             and value.__module__ != __name__}

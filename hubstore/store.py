@@ -24,7 +24,7 @@ from hubstore.errors import (
     ValidationError,
     describe,
 )
-from hubstore.operations import HubOperations
+from hubstore.operations import StoreOperations
 from hubstore.signals import ChangeWatcher
 from hubstore.transaction import JoinedTransaction, Transaction, open_transaction
 from hubstore.uow import JoinedUnitOfWork, UnitOfWork, nested
@@ -57,7 +57,7 @@ def _in_schema(url: URL, schema: str, engine_options: dict[str, Any]) -> dict[st
     return {**engine_options, "connect_args": connect_args}
 
 
-class HubStore(HubOperations):
+class HubStore(StoreOperations):
     """The hub's store. Each method called here is a unit of work of its own.
 
     >>> with HubStore.open("sqlite:///hub.db", auto_migrate=True) as store:  # doctest: +SKIP

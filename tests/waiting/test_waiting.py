@@ -346,17 +346,20 @@ def test_close_wakes_the_waiters_and_stops_the_watcher(
 
 def test_the_waits_refuse_to_run_inside_a_unit_of_work(store: HubStore) -> None:
     """A wait inside a unit of work would hold its transaction open (on SQLite, the
-    write lock other processes need to queue the work it waits for): refused, on the
-    unit of work and on the store alike, before anything is claimed."""
+    write lock other processes need to queue the work it waits for): the waits are
+    store methods only (API.md), and the store's refuse while a unit of work is open in
+    the thread, before anything is claimed."""
     job = store.assign_async("lead", "w")
     with store.unit_of_work() as uow:
-        for scope in (uow, store):
-            with pytest.raises(ValidationError, match="wait_for_assign waits for other"):
-                scope.wait_for_assign("w", timeout_s=0)
-            with pytest.raises(ValidationError, match="wait_for_assigns waits"):
-                scope.wait_for_assigns("w", 5, timeout_s=0)
-            with pytest.raises(ValidationError, match="wait_for_result waits"):
-                scope.wait_for_result(job.job_id, timeout_s=0)
+        for name in ("wait_for_assign", "wait_for_assigns", "wait_for_result",
+                     "message_feed"):
+            assert not hasattr(uow, name), name
+        with pytest.raises(ValidationError, match="wait_for_assign waits for other"):
+            store.wait_for_assign("w", timeout_s=0)
+        with pytest.raises(ValidationError, match="wait_for_assigns waits"):
+            store.wait_for_assigns("w", 5, timeout_s=0)
+        with pytest.raises(ValidationError, match="wait_for_result waits"):
+            store.wait_for_result(job.job_id, timeout_s=0)
         assert uow.claim_next_assign("w") is not None  # a claim inside one is fine
     assert present(store.get_assign(job.job_id)).status == "running"
     finished = store.finish_assign(present(store.get_assign(job.job_id)), "succeeded")
