@@ -280,6 +280,10 @@ class AssignJob(Base):
     limit_key: Mapped[str | None] = mapped_column(Text, info=dict(HUBSTORE_ONLY))
     #: While the job is queued or running, no other job has this key (None: no key).
     unique_key: Mapped[str | None] = mapped_column(Text, info=dict(HUBSTORE_ONLY))
+    # hubstore's own (revision 0017):
+    #: The share of its limit the claim that started the job took its room from (None:
+    #: never claimed under a limit; a start outside claims counts on share 0).
+    limit_share: Mapped[int | None] = mapped_column(Integer, info=dict(HUBSTORE_ONLY))
 
     @property
     def deduplicated(self) -> bool:
@@ -304,10 +308,12 @@ class AssignLimit(Base):
     ``key`` running at once, and at most ``max_starts`` of them started in any
     ``per_ms``. Claims skip a job whose key has no room (services/claims.py).
 
-    ``started`` (how many of the key's jobs started running) and ``starts`` (the start
-    times of the key's recent jobs) are kept by triggers on assign_jobs, whoever moves a
-    job, as are its releases (:class:`AssignLimitRelease`); ``running`` is the one less
-    the other. ``set_assign_limit`` counts them again from the jobs.
+    Its running room is split in ``shares`` (:class:`AssignLimitShare`, revision 0017),
+    so that claims of one key run side by side, each locking one share; each share
+    counts the jobs started in it, the key's release rows (:class:`AssignLimitRelease`)
+    the jobs that stopped. ``starts`` (the start times of the key's recent jobs) is kept
+    on this row. Triggers on assign_jobs keep every count, whoever moves a job;
+    ``set_assign_limit`` counts them again from the jobs.
     """
 
     __tablename__ = "assign_limits"
@@ -322,8 +328,8 @@ class AssignLimit(Base):
     max_running: Mapped[int | None] = mapped_column(BigInteger)
     max_starts: Mapped[int | None] = mapped_column(BigInteger)
     per_ms: Mapped[int | None] = mapped_column(Millis)
-    #: How many of the key's jobs started running (since the limit was last set).
-    started: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
+    #: How many shares the running room is split in (rows 0 .. shares - 1).
+    shares: Mapped[int] = mapped_column(Integer, server_default=text("1"))
     #: The start times (ms) of the key's most recent starts: on PostgreSQL sorted, the
     #: ``max_starts`` newest; on SQLite those of the last two windows.
     starts: Mapped[Any] = mapped_column("starts_json", JSONText("[]"),
@@ -332,14 +338,21 @@ class AssignLimit(Base):
     updated_at_ms: Mapped[int] = mapped_column(Millis)
 
     @property
+    def started(self) -> int:
+        """How many of the key's jobs started running since the limit was last set (its
+        shares' counts, as ``get_assign_limits`` and ``set_assign_limit`` read them)."""
+        return int(self.__dict__.get("_started", 0))
+
+    @property
     def running(self) -> int:
         """The key's jobs running now: ``started`` less the releases (as
         ``get_assign_limits`` and ``set_assign_limit`` read them)."""
-        return int(self.__dict__.get("_running", self.started or 0))
+        return int(self.__dict__.get("_running", 0))
 
-    def counted(self, released: int) -> AssignLimit:
-        """This limit, its running count taken as ``started`` less ``released``."""
-        self.__dict__["_running"] = (self.started or 0) - released
+    def counted(self, started: int, released: int) -> AssignLimit:
+        """This limit, with ``started`` starts and ``released`` ends counted."""
+        self.__dict__["_started"] = started
+        self.__dict__["_running"] = started - released
         return self
 
     def recent_starts(self, now: int) -> int:
@@ -356,6 +369,24 @@ class AssignLimit(Base):
         return {"key": self.key, "max_running": self.max_running,
                 "max_starts": self.max_starts, "per_ms": self.per_ms,
                 "running": self.running, "recent_starts": self.recent_starts(now_ms())}
+
+
+class AssignLimitShare(Base):
+    """A share of a limit's running room (revision 0017): claims of the key each lock
+    one share with room (PostgreSQL: skipping shares other claims hold), so that they
+    run side by side. ``budget`` is the share's part of ``max_running`` (None: no such
+    bound); ``started`` counts the jobs started in it. Its running count is ``started``
+    less the releases of the release rows whose stripe falls to it (stripe modulo the
+    limit's ``shares``): never more than ``budget`` after a claim, so the shares together
+    never hold more than ``max_running``. Kept by triggers on assign_jobs."""
+
+    __tablename__ = "assign_limit_shares"
+
+    key: Mapped[str] = mapped_column(
+        Text, ForeignKey("assign_limits.key", ondelete="CASCADE"), primary_key=True)
+    share: Mapped[int] = mapped_column(Integer, primary_key=True)
+    budget: Mapped[int | None] = mapped_column(BigInteger)
+    started: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
 
 
 class AssignLimitRelease(Base):

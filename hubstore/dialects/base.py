@@ -47,9 +47,10 @@ class SqlDialect(ABC):
     #: rather than one writer at a time under the database's write lock (SQLite): a
     #: decision read in one statement must then be taken again under the row's lock.
     row_locks: bool
-    #: How many rows count an assign limit's releases (revision 0014's triggers pick one
+    #: How many rows count an assign limit's releases (revision 0016's triggers pick one
     #: by the finishing transaction's id): finishing jobs of one key wait for each other
-    #: only when theirs is the same, and never for the key's row, which claims lock.
+    #: only when theirs is the same, and never for a row claims lock. Also the most
+    #: shares a limit's running room is split in (revision 0017).
     release_stripes: int
 
     @abstractmethod
@@ -127,13 +128,12 @@ class SqlDialect(ABC):
                 ) -> ColumnElement[Any]:
         """The greater of two numbers, a NULL one left out (NULL when both are)."""
 
-    def limit_room_for(self, limit: FromClause, running: ColumnElement[Any],
-                       count: ColumnElement[Any], now: ColumnElement[Any]
-                       ) -> ColumnElement[bool]:
-        """Where row locks serialize (row_locks): whether ``count`` more jobs of the key
-        may start at ``now`` with ``running`` of them running, read from the key's own
-        row and values fixed before it (no subquery), so that PostgreSQL checks it again
-        on the row's newest version once it holds its lock."""
+    def rate_room_for(self, limit: FromClause, count: ColumnElement[Any],
+                      now: ColumnElement[Any]) -> ColumnElement[bool]:
+        """Where row locks serialize (row_locks): whether the key's rate lets ``count``
+        more of its jobs start at ``now``, read from the key's own row and values fixed
+        before it (no subquery), so that PostgreSQL checks it again on the row's newest
+        version once it holds its lock."""
         raise NotImplementedError(f"{self.name} takes its decisions under its write lock")
 
     def hold_still(self, table: Table) -> Executable | None:

@@ -18,7 +18,6 @@ from sqlalchemy import (
     Table,
     Text,
     TextClause,
-    and_,
     any_,
     bindparam,
     cast,
@@ -98,17 +97,15 @@ class PostgreSQLDialect(SqlDialect):
                 ) -> ColumnElement[Any]:
         return func.greatest(first, second)
 
-    def limit_room_for(self, limit: FromClause, running: ColumnElement[Any],
-                       count: ColumnElement[Any], now: ColumnElement[Any]
-                       ) -> ColumnElement[bool]:
+    def rate_room_for(self, limit: FromClause, count: ColumnElement[Any],
+                      now: ColumnElement[Any]) -> ColumnElement[bool]:
         # Revision 0014's trigger keeps the start times sorted, the max_starts newest:
         # room for `count` more when the (max_starts - count + 1)-th newest start is
         # outside the window (or there are not that many).
         c = limit.c
         at = func.jsonb_array_length(c.starts_json) - c.max_starts + count - 1
         decisive = cast(c.starts_json.op("->>")(cast(at, Integer)), BigInteger)
-        return and_(or_(c.max_running.is_(None), running + count <= c.max_running),
-                    or_(c.max_starts.is_(None), at < 0, decisive <= now - c.per_ms))
+        return or_(c.max_starts.is_(None), at < 0, decisive <= now - c.per_ms)
 
     def hold_still(self, table: Table) -> Executable:
         return text(f"LOCK TABLE {table.name} IN SHARE MODE")  # (a table of ours)

@@ -248,9 +248,10 @@ def _routine_guards(sql: SqlDialect, worker: Any, attempt: Any, no_retry: Any,
 
 def _finished(status: Any, result: Any, error: Any) -> dict[str, Any]:
     """The SET of a routine final report: the status, result and error given (SQL
-    expressions), updated now, and the terminal times."""
+    expressions), updated now, and the terminal times; the job's limit share forgotten
+    (as revision 0017's trigger would)."""
     return {"status": status, "result_json": result, "error_json": error,
-            "updated_at_ms": NOW, **terminal_times()}
+            "updated_at_ms": NOW, "limit_share": None, **terminal_times()}
 
 
 def _snapshot_json(done: Any) -> Any:

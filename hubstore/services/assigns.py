@@ -449,7 +449,7 @@ def new_job(supervisor_agent: str, worker_agent: str, topic: str = "assign.job",
             "completed_at_ms": now if status in rules.TERMINAL else None,
             "last_retry_at_ms": now if retries > 0 else None,
             "not_before_ms": not_before, "retry_backoff_ms": backoff,
-            "limit_key": limit_key, "unique_key": unique_key,
+            "limit_key": limit_key, "unique_key": unique_key, "limit_share": None,
         }
 
     return make_row

@@ -2,9 +2,11 @@
 
 A limit bounds the jobs whose ``limit_key`` is its key: at most ``max_running`` running
 at once, at most ``max_starts`` started in any ``per_ms``. Claims start a job only when
-its key has room (services/claims.py); the key's start count and recent start times
-live in its row, its releases in a few rows of their own (so that finishing jobs never
-wait for the row claims lock), all kept by triggers whoever moves a job.
+its key has room (services/claims.py). The running room is split in shares (revision
+0017), each counting the jobs started in it, so that claims of one key lock different
+rows and run side by side; the key's releases are counted in a few rows of their own
+(so that finishing jobs never wait for a row claims lock), its recent start times in
+its row; triggers keep them all, whoever moves a job.
 
 ``set_assign_limit`` counts both again from the jobs, in the same transaction, with the
 jobs table held still (PostgreSQL: ``LOCK TABLE assign_jobs IN SHARE MODE``, a moment's
@@ -19,13 +21,14 @@ from sqlalchemy import delete, func, select, update
 from hubstore.errors import ValidationError
 from hubstore.execution import execute, from_row
 from hubstore.ids import now_ms
-from hubstore.models import AssignJob, AssignLimit, AssignLimitRelease, table_of
+from hubstore.models import AssignJob, AssignLimit, AssignLimitRelease, AssignLimitShare, table_of
 from hubstore.services.base import const
 from hubstore.transaction import Scope, Transaction
 from hubstore.validation import MAX_DURATION_MS, require_id, require_int
 
 _limits = table_of(AssignLimit)
 _releases = table_of(AssignLimitRelease)
+_shares = table_of(AssignLimitShare)
 _jobs = table_of(AssignJob)
 #: A limit's key is short: it names a provider or a pool, and every claim compares it.
 MAX_LIMIT_KEY_BYTES = 200
@@ -33,6 +36,24 @@ MAX_LIMIT_KEY_BYTES = 200
 MAX_STARTS = 100_000
 #: The most jobs a limit may allow to run at once.
 MAX_RUNNING = 2**31 - 1
+#: The least budget of a share when a limit's running room is split: a limit of fewer
+#: than twice this many running jobs keeps one share.
+SHARE_BUDGET = 2
+
+
+def split_running_room(max_running: int | None, rated: bool, running: int, most: int
+                       ) -> list[int | None]:
+    """The budgets of a limit's shares (their sum ``max_running``; None: no bound), share
+    0 first, which holds the ``running`` jobs: one share for a limit with a rate (its
+    claims lock its row anyway), without ``max_running``, below 2 x SHARE_BUDGET, or
+    with more jobs running than it allows now; else up to ``most`` shares, the room left
+    spread evenly and share 0 holding the running jobs with its part of it."""
+    if max_running is None or rated or running > max_running:
+        return [max_running]
+    count = max(1, min(most, max_running // SHARE_BUDGET))
+    each = (max_running - running) // count
+    budgets: list[int | None] = [max_running - each * (count - 1)]
+    return budgets + [each] * (count - 1)
 
 
 def check_limit_key(key: object, what: str = "limit_key") -> str:
@@ -94,20 +115,27 @@ def set_assign_limit(scope: Scope, key: str, max_running: int | None = None,
     now = now_ms()
     with scope.transaction() as uow:
         running, starts = _counted(uow, key, starts_max, window, now)
+        budgets = split_running_room(running_max, starts_max is not None, running,
+                                     uow.sql.release_stripes)
         values = {"max_running": running_max, "max_starts": starts_max, "per_ms": window,
-                  "started": running, "starts_json": starts, "updated_at_ms": now}
+                  "shares": len(budgets), "starts_json": starts, "updated_at_ms": now}
         stmt = (uow.sql.insert(_limits).values(key=key, created_at_ms=now, **values)
                 .on_conflict_do_update(index_elements=[_limits.c.key], set_=values)
                 .returning(*_limits.c))
         limit = from_row(AssignLimit, execute(uow, stmt).mappings().one())
-        # The releases start again from 0 (the start count is the running jobs now);
-        # when the latest was is kept.
+        # The shares anew: share 0 holds the running jobs. The releases start again
+        # from 0; when the latest was is kept.
+        execute(uow, delete(_shares).where(_shares.c.key == key))
+        execute(uow, uow.sql.insert(_shares).values([
+            {"key": key, "share": share, "budget": budget,
+             "started": running if share == 0 else 0}
+            for share, budget in enumerate(budgets)]))
         execute(uow, update(_releases).where(_releases.c.key == key).values(released=0))
         execute(uow, uow.sql.insert(_releases).values(
             [{"key": key, "stripe": stripe} for stripe in range(uow.sql.release_stripes)])
             .on_conflict_do_nothing(index_elements=[_releases.c.key, _releases.c.stripe]))
         _wake_waiters(uow, key)
-        return limit.counted(0)
+        return limit.counted(running, 0)
 
 
 def _wake_waiters(uow: Transaction, key: str) -> None:
@@ -124,16 +152,19 @@ def get_assign_limits(scope: Scope) -> dict[str, AssignLimit]:
 
 
 def read_limits(uow: Transaction) -> dict[str, AssignLimit]:
-    """Every limit by its key, its running count as ``started`` less its releases."""
+    """Every limit by its key, its running count as its shares' starts less its
+    releases."""
     released = (select(func.coalesce(func.sum(_releases.c.released), 0))
                 .where(_releases.c.key == _limits.c.key).scalar_subquery())
-    rows = execute(uow, select(_limits, released.label("released"))
+    started = (select(func.coalesce(func.sum(_shares.c.started), 0))
+               .where(_shares.c.key == _limits.c.key).scalar_subquery())
+    rows = execute(uow, select(_limits, started.label("begun"), released.label("released"))
                    .order_by(_limits.c.key)).mappings().all()
     limits: dict[str, AssignLimit] = {}
     for row in rows:
         values = dict(row)
-        gone = int(values.pop("released"))
-        limits[str(row["key"])] = from_row(AssignLimit, values).counted(gone)
+        begun, gone = int(values.pop("begun")), int(values.pop("released"))
+        limits[str(row["key"])] = from_row(AssignLimit, values).counted(begun, gone)
     return limits
 
 
@@ -143,6 +174,7 @@ def remove_assign_limit(scope: Scope, key: str) -> bool:
     check_limit_key(key, "key")
     with scope.transaction() as uow:
         execute(uow, delete(_releases).where(_releases.c.key == key))
+        execute(uow, delete(_shares).where(_shares.c.key == key))
         removed = bool(execute(uow, delete(_limits).where(_limits.c.key == key)).rowcount)
         if removed:
             _wake_waiters(uow, key)

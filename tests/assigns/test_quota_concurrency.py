@@ -1,8 +1,9 @@
 """Assign limits are exact under concurrency (issue 30): several processes claim one
-worker's jobs of three kinds at once (a key with max_running, a key with a rate, and
-jobs with no limit), in single and batch claims; read from the store's own timestamps
-afterwards, never more than max_running ran at any instant, never more than max_starts
-started in any window, every job was done exactly once, and none was left behind."""
+worker's jobs of four kinds at once (a key with max_running, one whose running room is
+split in shares, a key with a rate, and jobs with no limit), in single and batch claims;
+read from the store's own timestamps afterwards, never more than max_running ran at any
+instant, never more than max_starts started in any window, every job was done exactly
+once, and none was left behind."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ from tests.helpers import present
 from tests.waiting.test_waiting import Child
 
 MAX_RUNNING = 3
+#: A limit whose room is split in shares (4 on PostgreSQL; SQLite keeps one).
+MAX_SHARED = 8
 MAX_STARTS, PER_MS = 20, 400
 
 
@@ -41,11 +44,14 @@ def most_in_a_window(starts: list[int], window: int) -> int:
 
 @pytest.mark.slow
 def test_limits_hold_with_many_processes_claiming(db_url: URL, backend: str) -> None:
-    processes, per_kind = (8, {"a": 600, "b": 200, "u": 1200}) if backend == "postgresql" \
-        else (4, {"a": 300, "b": 120, "u": 580})
+    # (the shared key's jobs first: every worker claims them at the start)
+    processes, per_kind = (8, {"s": 600, "a": 600, "b": 200, "u": 1200}) \
+        if backend == "postgresql" else (4, {"s": 200, "a": 300, "b": 120, "u": 580})
     with HubStore.open(db_url) as store:
         store.set_assign_limit("a", max_running=MAX_RUNNING)
         store.set_assign_limit("b", max_starts=MAX_STARTS, per_ms=PER_MS)
+        shared = store.set_assign_limit("s", max_running=MAX_SHARED)
+        assert shared.shares == (4 if backend == "postgresql" else 1)
         children = [Child("quota_worker", db_url, "w", 1 if k % 2 else 5, k)
                     for k in range(processes)]
         for child in children:
@@ -65,6 +71,7 @@ def test_limits_hold_with_many_processes_claiming(db_url: URL, backend: str) -> 
                      if j.limit_key == (None if kind == "u" else kind)]
               for kind in per_kind}
     assert most_at_once(stamps["a"]) == MAX_RUNNING  # reached, never passed
+    assert most_at_once(stamps["s"]) == MAX_SHARED  # over all its shares
     assert most_in_a_window([start for start, _ in stamps["b"]], PER_MS) == MAX_STARTS
     assert most_at_once(stamps["u"]) > MAX_RUNNING  # the unlimited ran side by side
 

@@ -17,6 +17,7 @@ from hubstore.aio import AsyncHubStore
 from hubstore.ids import now_ms
 from hubstore.models import AssignJob
 from hubstore.services.assign_listing import waiting_reason
+from hubstore.services.limits import split_running_room
 from tests.helpers import present
 
 
@@ -158,6 +159,66 @@ def test_a_finish_does_not_wait_for_a_claim_holding_the_key(db_url: URL, backend
             assert finished and finished[0].job.status == "succeeded"
         store.finish_assign(second, "succeeded")
         assert running(store, "k") == 0
+
+
+def shares(store: HubStore, key: str) -> list[tuple[int, int | None, int]]:
+    """The key's shares: (share, budget, started), in share order."""
+    with store.unit_of_work(write=False) as uow:
+        rows = uow.connection.execute(text(
+            "SELECT share, budget, started FROM assign_limit_shares WHERE key = :k "
+            "ORDER BY share"), {"k": key})
+        return [(int(share), budget, int(started)) for share, budget, started in rows]
+
+
+@pytest.mark.parametrize(("max_running", "rated", "running", "budgets"), [
+    (None, True, 0, [None]), (3, False, 0, [3]), (5, True, 0, [5]),
+    (10, False, 0, [2, 2, 2, 2, 2]), (10, False, 4, [6, 1, 1, 1, 1]),
+    (10, False, 10, [10, 0, 0, 0, 0]), (10, False, 11, [10]),
+    (10**9, False, 3, [124_999_999 * -7 + 10**9] + [124_999_999] * 7),
+])
+def test_the_running_room_splits_in_shares(max_running: int | None, rated: bool,
+                                           running: int, budgets: list[int | None]) -> None:
+    """Up to 8 shares of at least 2, share 0 holding the running jobs; one share with a
+    rate, without max_running, or with more running than it allows."""
+    split = split_running_room(max_running, rated, running, 8)
+    assert split == budgets
+    if max_running is not None:
+        assert sum(b or 0 for b in split) == max_running
+    assert split[0] is None or split[0] >= min(running, max_running or 0)
+
+
+def test_claims_take_room_from_several_shares_and_count_it(store: HubStore) -> None:
+    """A limit of 10 has 5 shares of 2 on PostgreSQL (1 on SQLite); a batch claim takes
+    room from as many as it needs, each share counting the jobs started in it, and never
+    more than the limit; a job that stops running forgets its share, and a later start
+    outside claims counts on share 0."""
+    postgresql = store.dialect == "postgresql"
+    assert store.set_assign_limit("k", max_running=10).shares == (5 if postgresql else 1)
+    jobs = queue(store, 12, limit_key="k", max_retries=0)
+    claimed = store.claim_next_assigns("w", 7)
+    assert len(claimed) == 7 and running(store, "k") == 7
+    counts = shares(store, "k")
+    assert sum(started for _, _, started in counts) == 7
+    assert all(started <= (budget or 0) for _, budget, started in counts)
+    if postgresql:
+        assert len([started for _, _, started in counts if started]) >= 4  # 2 apiece
+        assert {job.limit_share for job in claimed} == {
+            share for share, _, started in counts if started}
+    else:
+        assert {job.limit_share for job in claimed} == {0}
+    assert len(store.claim_next_assigns("w", 10)) == 3  # the limit's last 3
+    assert store.claim_next_assign("w") is None
+    store.finish_assign(claimed[0], "succeeded")
+    assert present(store.get_assign(claimed[0].job_id)).limit_share is None
+    assert running(store, "k") == 9
+    before = shares(store, "k")[0][2]
+    with store.unit_of_work() as uow:  # a start outside claims (as the reference's)
+        uow.connection.execute(text(
+            "UPDATE assign_jobs SET status = 'running' WHERE job_id = :j"),
+            {"j": claimed[0].job_id})
+    assert running(store, "k") == 10
+    assert shares(store, "k")[0][2] == before + 1
+    assert {job.job_id for job in jobs} >= {job.job_id for job in claimed}
 
 
 # --- room in every claim path -----------------------------------------------------------

@@ -16,7 +16,7 @@ from hubstore.models import DeadLetter
 from hubstore.services.stats import fold_deltas, jobs_by_worker
 from tests.factories import MessageFactory
 from tests.helpers import present, query_plan
-from tests.reference_ddl import schema_objects, snapshot, table_names
+from tests.reference_ddl import column_names, schema_objects, snapshot, table_names
 from tests.reference_runner import reference_hub, run_reference
 
 
@@ -99,7 +99,9 @@ def test_down_to_0014_and_up_again(db_url: URL) -> None:
     engine = create_engine(db_url)
     try:
         with engine.connect() as conn:
-            schema, before = schema_objects(conn), snapshot(conn)
+            # (revision 0017's assign_jobs.limit_share goes on the way down)
+            kept = [c for c in column_names(conn)["assign_jobs"] if c != "limit_share"]
+            schema, before = schema_objects(conn), snapshot(conn, columns={"assign_jobs": kept})
         migrations.downgrade(db_url, "0014")
         with engine.connect() as conn:
             assert not {"assign_worker_counts", "assign_worker_count_deltas"} & table_names(
