@@ -26,6 +26,8 @@ on the lowest supported SQLAlchemy 2.0 and on the newest 2.1.
 
 from __future__ import annotations
 
+import copy
+import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
@@ -191,10 +193,13 @@ class Prepared:
     transaction; psycopg still prepares it server-side after a few runs (unless the URL
     says ``?pgbouncer=true``). Result keys and types come from the compiled statement,
     as SQLAlchemy's result takes them, not from ``cursor.description`` (psycopg builds
-    a Column object per result column on each read of it). A driver error goes through
-    SQLAlchemy's own handling (the same wrapped error, a lost connection invalidated
-    with the pool's older ones). A statement with IN lists (post-compile parameters)
-    runs through SQLAlchemy.
+    a Column object per result column on each read of it). Its placeholders are
+    PostgreSQL's own ($1, $2, ...), run on psycopg's RawCursor (psycopg 3.2 or newer):
+    psycopg parses a statement's ``%(name)s`` placeholders on every run once it is longer
+    than 4 KiB (its cache's bound), about 80 us of each claim. A driver error goes
+    through SQLAlchemy's own handling (the same wrapped error, a lost connection
+    invalidated with the pool's older ones). A statement with IN lists (post-compile
+    parameters) runs through SQLAlchemy.
     """
 
     def __init__(self, statement: Executable, table: Table | None = None) -> None:
@@ -271,18 +276,24 @@ class Prepared:
         SQLAlchemy) when its parameters need SQLAlchemy's execution layer."""
         dialect = uow.db.engine.dialect
         plan: _PgPlan | None = None
+        numbered = _numbered(dialect)
         compiled = cast(SQLCompiler, cast(ClauseElement, self.statement).compile(
-            dialect=dialect))
+            dialect=numbered or dialect))
         if (dialect.driver == "psycopg" and not compiled.post_compile_params
-                and not compiled.escaped_bind_names and not compiled.positional):
+                and not compiled.escaped_bind_names
+                and compiled.positional == (numbered is not None)):
             params: dict[str, tuple[str, Any, Any, bool]] = {}
-            for bind, name in compiled.bind_names.items():
+            names = (compiled.positiontup or [] if numbered is not None
+                     else compiled.bind_names.values())
+            for name in names:
+                bind = compiled.binds[name]
                 processor = bind.type.dialect_impl(dialect).bind_processor(dialect)
                 default = bind.effective_value if bind.callable else bind.value
                 params.setdefault(name, (name, processor, default, bind.required))
             sql = str(compiled)
             columns = [(entry[0], entry[3]) for entry in compiled._result_columns]
-            plan = _PgPlan(sql, sql.encode(), list(params.values()), columns)
+            plan = _PgPlan(sql, sql.encode(), list(params.values()), columns,
+                           numbered is not None)
         self._pg, self._pg_compiled = plan, True
         return plan
 
@@ -300,7 +311,7 @@ class Prepared:
         plan = self._pg if self._pg_compiled else self._compile_pg(uow)
         if plan is None or uow.statements_watched():
             return None
-        args = {}
+        bound = []
         for name, process, default, required in plan.params:
             if name in values:
                 value = values[name]
@@ -308,13 +319,17 @@ class Prepared:
                 raise InvalidRequestError(f"A value is required for bind parameter {name!r}")
             else:
                 value = default
-            args[name] = value if process is None else process(value)
+            bound.append(value if process is None else process(value))
+        args: Any = (bound if plan.numbered else
+                     {name: value for (name, *_), value in zip(plan.params, bound, strict=True)})
         conn = uow.connection
         driver = uow.driver
         info = conn.info  # the pooled connection's, kept while it lives
-        cursor = info.get(_CURSOR)
+        kind = _RAW_CURSOR if plan.numbered else _CURSOR
+        cursor = info.get(kind)
         if cursor is None or cursor.closed or cursor.connection is not driver:
-            cursor = info[_CURSOR] = driver.cursor()
+            cursor = info[kind] = (_raw_cursor(driver) if plan.numbered
+                                   else driver.cursor())
         try:
             cursor.execute(plan.query, args)
         except conn.dialect.loaded_dbapi.Error as exc:
@@ -458,16 +473,50 @@ class Prepared:
 #: Connection.info key: the psycopg cursor Prepared statements run on (one per
 #: connection: a new cursor per statement looked its dumpers and loaders up again).
 _CURSOR = "hubstore_cursor"
+_RAW_CURSOR = "hubstore_raw_cursor"
+
+
+def _raw_cursor(driver: Any) -> Any:
+    """A psycopg RawCursor on the connection (placeholders $1, $2, ...)."""
+    import psycopg
+
+    return psycopg.RawCursor(driver)
+
+
+#: Each psycopg dialect's numbered copy (None: none), as long as the dialect lives.
+_NUMBERED: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+
+
+def _numbered(dialect: Any) -> Any:
+    """The psycopg dialect ``dialect``, copied to write PostgreSQL's own placeholders
+    ($1, $2, ...) instead of ``%(name)s``; None where psycopg has no RawCursor (before
+    3.2) or the dialect is not psycopg's."""
+    if dialect in _NUMBERED:
+        return _NUMBERED[dialect]
+    numbered = None
+    if dialect.driver == "psycopg":
+        import psycopg
+
+        if hasattr(psycopg, "RawCursor"):
+            numbered = copy.copy(dialect)
+            numbered.paramstyle, numbered.positional = "numeric_dollar", True
+            # (its preparer doubles no percent sign: nothing parses the text again)
+            numbered.identifier_preparer = numbered.preparer(numbered)
+    _NUMBERED[dialect] = numbered
+    return numbered
 
 
 class _PgPlan:
     """A statement compiled for psycopg (see Prepared)."""
 
-    __slots__ = ("columns", "keys", "params", "query", "sql")
+    __slots__ = ("columns", "keys", "numbered", "params", "query", "sql")
 
     def __init__(self, sql: str, query: bytes, params: list[tuple[str, Any, Any, bool]],
-                 columns: list[tuple[str, Any]]) -> None:
+                 columns: list[tuple[str, Any]], numbered: bool) -> None:
         self.sql = sql
+        #: Whether the placeholders are PostgreSQL's own ($1, ...; a RawCursor runs it),
+        #: each parameter in ``params``' order, else ``%(name)s``.
+        self.numbered = numbered
         #: The text as psycopg takes it without encoding it again on each run.
         self.query = query
         #: (bind name, bind processor, default, required) of each parameter.

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, bindparam, event, insert, select
+from sqlalchemy import Connection, bindparam, event, insert, select, text
 
 from hubstore import HubStore
 from hubstore.errors import DuplicateKey, HubStoreError, ValidationError
@@ -158,6 +158,36 @@ def test_a_statement_with_an_in_list_runs_through_the_layer_on_postgresql(
             return
         rows = listed.rows(uow, {"ids": [first.id, second.id]})
     assert [r["id"] for r in rows] == sorted([first.id, second.id])
+
+
+def test_postgresql_runs_prepared_statements_with_its_own_placeholders(
+        store: HubStore) -> None:
+    """A statement longer than psycopg's parse cache (4 KiB), a percent sign in it, a
+    value bound twice: compiled once with $1, $2, ... and run on a RawCursor, nothing
+    parses it again; the rows are those the execution layer reads."""
+    if store.dialect != "postgresql":
+        pytest.skip("SQLite's driver takes ? placeholders (the SQLite fast path below)")
+    table = table_of(Message)
+    padding = " + ".join(["0"] * 1500)  # a long text (a claim's is 8 KiB)
+    long = Prepared(select(table.c.id, (table.c.priority % 3).label("rest"))
+                    .where(table.c.from_agent == bindparam("who"),
+                           table.c.to_agent == bindparam("who"),
+                           table.c.priority >= text(padding))
+                    .order_by(table.c.id), table)
+    made = [store.audit_log("event", "a", "a", "t", priority=p) for p in (4, 5)]
+    store.audit_log("event", "b", "a", "t")
+    with store.transaction(write=False) as uow:
+        rows = long.rows(uow, {"who": "a"})
+        plan = long._pg
+        assert plan is not None and plan.numbered and len(plan.query) > 4096
+        assert b"$1" in plan.query and b"%%" not in plan.query and b"%(" not in plan.query
+        assert [name for name, *_ in plan.params].count("who") == 1
+    seen = _watch(store)
+    with store.transaction(write=False) as uow:
+        layered = long.rows(uow, {"who": "a"})
+    assert seen and rows == layered
+    assert rows == [{"id": m.id, "rest": m.priority % 3}
+                    for m in sorted(made, key=lambda m: m.id)]
 
 
 # --- cursor events see every call; without a listener, SQLite's driver ------------
