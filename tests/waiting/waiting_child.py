@@ -11,6 +11,7 @@ import random
 import resource
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from hubstore import HubStore
@@ -78,23 +79,23 @@ def toucher(store: HubStore, worker: str, seconds: str, every_s: str) -> dict[st
     return {"touches": touches, "event": outcome.event, "attempt": outcome.job.attempt}
 
 
-def quota_worker(store: HubStore, worker: str, batch: str, seed: str) -> dict[str, Any]:
+def quota_worker(store: HubStore, worker: str, batch: str, seed: str, work_ms: str,
+                 all_queued: str) -> dict[str, Any]:
     """Claim (``batch`` at a time; 1: claim_next_assign) and finish the worker's jobs,
-    each after a moment's work, until none is queued or running for a second."""
+    each after a moment's work (``work_ms`` / 2 to ``work_ms``), until the file
+    ``all_queued`` exists and none of the worker's jobs is left queued."""
     rng = random.Random(seed)
     print(json.dumps({"ready": True}), flush=True)
     done: list[str] = []
-    idle_since = time.monotonic()
-    while time.monotonic() - idle_since < 1.0:
+    while not (Path(all_queued).exists()
+               and not store.list_assigns(worker_agent=worker, status="queued", limit=1)):
         if int(batch) == 1:
             one = store.wait_for_assign(worker, timeout_s=0.2)
             jobs = [] if one is None else [one]
         else:
             jobs = store.wait_for_assigns(worker, int(batch), timeout_s=0.2)
-        if jobs:
-            idle_since = time.monotonic()
         for job in jobs:
-            time.sleep(rng.uniform(0, 0.004))  # the work
+            time.sleep(rng.uniform(0.5, 1) * float(work_ms) / 1000)  # the work
             store.finish_assign(job, "succeeded")
             done.append(job.job_id)
     return {"done": done}
