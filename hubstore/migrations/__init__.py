@@ -35,6 +35,7 @@ from hubstore.migrations.commands import (
     revision_at,
     run_upgrade,
     upgrade,
+    upgrade_and_report,
 )
 from hubstore.migrations.config import (
     alembic_config,
@@ -56,6 +57,7 @@ from hubstore.migrations.runtime import (
     ADVISORY_LOCK_KEY,
     LOOKING_COMMANDS,
     MIGRATION_BUSY_TIMEOUT_MS,
+    MigrationReport,
     env_options,
     env_url,
     locked_connection,
@@ -85,6 +87,7 @@ __all__ = [
     "MIGRATION_OWNED",
     "V4_COLUMNS",
     "Located",
+    "MigrationReport",
     "VersionTables",
     "alembic_config",
     "checked_options",
@@ -113,4 +116,5 @@ __all__ = [
     "script_directory",
     "script_location",
     "upgrade",
+    "upgrade_and_report",
 ]

@@ -23,7 +23,13 @@ from hubstore.migrations.config import (
     head,
     is_known,
 )
-from hubstore.migrations.runtime import _inspecting_engine, _run_on_connection, _search_path
+from hubstore.migrations.runtime import (
+    REPORT,
+    MigrationReport,
+    _inspecting_engine,
+    _run_on_connection,
+    _search_path,
+)
 from hubstore.migrations.versions import Located, _sqlite_located, locate_revision
 
 _P = ParamSpec("_P")
@@ -72,27 +78,44 @@ def upgrade(url: URL | str | Connection | None = None, revision: str = "head", *
     A new SQLite file's missing folders are made only inside an existing, writable
     folder, never at the top of the file system (DatabaseUnavailable). A server that
     cannot be reached, or a database that does not exist, raises DatabaseUnavailable.
+
+    Runs at once (processes, ``hubstore db upgrade``, ``HubStore.open(auto_migrate=True)``)
+    take turns: each takes the migration lock before it reads the revision, so one
+    migrates and the others, waiting, then find its revision (see docs/migrations.md).
     """
+    upgrade_and_report(url, revision, version_table=version_table, schema=schema)
+
+
+@hub_errors
+def upgrade_and_report(url: URL | str | Connection | None = None, revision: str = "head", *,
+                       version_table: str | None = None,
+                       schema: str | None = None) -> MigrationReport:
+    """:func:`upgrade`, returning what it found under the migration lock and where it left
+    the database: of two runs at once, one reports ``before=None`` (base), the other the
+    first one's revision (``before == after``). At head already, nothing is locked or
+    run, and the report says so."""
     version_table, schema = checked_options(version_table, schema)
     if revision == "head":
         found = current_version(url, version_table=version_table, schema=schema)
         if found.revision == head() and version_table in (None, found.table):
-            return  # the usual start: nothing to lock, load or run
+            # the usual start: nothing to lock, load or run
+            return MigrationReport(found.revision, None, found.revision)
     if isinstance(url, Connection):
-        _run_on_connection(alembic.command.upgrade, url, revision, version_table, schema,
-                           adopt=True)
-        return
-    run_upgrade(resolve_url(url), revision, version_table=version_table, schema=schema)
+        return _run_on_connection(alembic.command.upgrade, url, revision, version_table,
+                                  schema, adopt=True)
+    return run_upgrade(resolve_url(url), revision, version_table=version_table, schema=schema)
 
 
 @hub_errors
 def run_upgrade(resolved: URL, revision: str = "head", *, version_table: str | None = None,
-                schema: str | None = None) -> None:
-    """:func:`upgrade` of a URL :func:`hubstore.urls.resolve_url` checked, with checked
-    options, run without looking first (HubStore.open has just looked)."""
+                schema: str | None = None) -> MigrationReport:
+    """:func:`upgrade_and_report` of a URL :func:`hubstore.urls.resolve_url` checked, with
+    checked options, run without looking first (HubStore.open has just looked)."""
     config = _config(resolved, version_table, schema)
     config.attributes["hubstore_adopt"] = True
     alembic.command.upgrade(config, revision)
+    report: MigrationReport = config.attributes[REPORT]
+    return report
 
 
 @hub_errors

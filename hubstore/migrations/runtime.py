@@ -4,7 +4,9 @@ path and the call bound a run has.
 Every run takes a lock first (SQLite: the write lock of BEGIN IMMEDIATE; PostgreSQL: a
 transaction-level advisory lock), then decides, adopts and migrates in that one
 transaction. Two processes that start at once therefore migrate once, and a run that
-fails (UnknownSchema included) leaves the database exactly as it was. SQLite runs with
+fails (UnknownSchema included) leaves the database exactly as it was. The revision a run
+reports having found (:class:`MigrationReport`) is read under the lock too, so the second
+of two runs reports what the first one left. SQLite runs with
 foreign keys off, set outside the transaction, so that a table rebuild cannot
 cascade-delete child rows; the journal mode is only switched to WAL after success.
 """
@@ -15,7 +17,7 @@ import os
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any
+from typing import Any, NamedTuple
 
 import alembic.command
 import alembic.context
@@ -38,13 +40,15 @@ from hubstore.engine import (
 from hubstore.migrations.adoption import _adopt
 from hubstore.migrations.config import _require_postgresql, alembic_config, checked_options
 from hubstore.migrations.filters import include_object, render_item
-from hubstore.migrations.versions import DEFAULT_VERSION_TABLE, _settle
+from hubstore.migrations.versions import DEFAULT_VERSION_TABLE, _settle, look
 from hubstore.models import metadata
 from hubstore.pg_connections import MAINTENANCE_CALL_TIMEOUT_S, calls_bounded_by_at_least
 from hubstore.urls import call_timeout_in
 
 ADVISORY_LOCK_KEY = 0x6875_6273_746F_7265 & 0x7FFF_FFFF_FFFF_FFFF  # "hubstore"
 MIGRATION_BUSY_TIMEOUT_MS = 120_000
+#: The Config attribute where an online run leaves its :class:`MigrationReport`.
+REPORT = "hubstore_report"
 #: Alembic commands that only look: a version_table given to them moves no row.
 LOOKING_COMMANDS = frozenset({"check", "current", "history", "revision", "show", "heads"})
 
@@ -235,16 +239,29 @@ def _transaction_on(conn: Connection) -> Iterator[None]:
             raw.execute("PRAGMA foreign_keys = ON")
 
 
+class MigrationReport(NamedTuple):
+    """What a run found under the migration lock, and where it left the database: the
+    revision before (None: none), the revision a triflux file was adopted as (None: none
+    was), and the revision after."""
+
+    before: str | None
+    adopted: str | None
+    after: str | None
+
+
 def _settle_and_migrate(context: EnvironmentContext, conn: Connection,
                         version_table: str | None, *, adopt: bool) -> None:
     """Under the lock: settle where the revision is kept, adopt a legacy database (when
     upgrading), run the migrations. On SQLite, a run that leaves rows without their
     parent row fails (and is rolled back); rows a legacy file already left dangling are
-    its own business. Skipped on the usual path: opening at head."""
+    its own business. Skipped on the usual path: opening at head. What the run found
+    and left is put in the Config's attributes (:data:`REPORT`)."""
     script = ScriptDirectory.from_config(context.config)
     table = _settle(conn, script, version_table,
                     moving=_cli_command(context.config) not in LOOKING_COMMANDS)
+    before = _revision_in(conn, table)
     at_head = _adopt(conn, script, table) if adopt else False
+    stamped = _revision_in(conn, table) if adopt else before
     dangling = None if conn.dialect.name != "sqlite" or at_head else _dangling_rows(conn)
     applied: list[str] = []
     _migrate(context, conn, version_table=table,
@@ -254,6 +271,14 @@ def _settle_and_migrate(context: EnvironmentContext, conn: Connection,
         if new:
             raise RuntimeError("a migration left rows without their parent row (rolled "
                                f"back): {sorted(new)[:10]}")
+    context.config.attributes[REPORT] = MigrationReport(
+        before, None if stamped == before else stamped, _revision_in(conn, table))
+
+
+def _revision_in(conn: Connection, table: str) -> str | None:
+    """The revision that the version table ``table`` holds (None: none, or no table)."""
+    rows = look(conn, table).rows.get(table, ())
+    return rows[0] if rows else None
 
 
 def _migrate(context: EnvironmentContext, conn: Connection, **options: Any) -> None:
@@ -269,8 +294,9 @@ def _migrate(context: EnvironmentContext, conn: Connection, **options: Any) -> N
 
 def _run_on_connection(command: Callable[[Config, str], Any], conn: Connection,
                        revision: str, version_table: str | None, schema: str | None, *,
-                       adopt: bool) -> None:
-    """An Alembic command on a caller's connection, through hubstore's env.py.
+                       adopt: bool) -> MigrationReport:
+    """An Alembic command on a caller's connection, through hubstore's env.py; what it
+    found and left.
 
     Called from an application's env.py, that env.py's own ``alembic.context`` (and an
     ``alembic.op`` in use) stay usable afterwards: Alembic points those modules at the
@@ -284,6 +310,8 @@ def _run_on_connection(command: Callable[[Config, str], Any], conn: Connection,
     try:
         with _maintenance_bound(conn):
             command(config, revision)
+        report: MigrationReport = config.attributes[REPORT]
+        return report
     finally:
         for proxy in outer:
             if proxy is not None:
