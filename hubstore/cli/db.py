@@ -71,12 +71,10 @@ def upgrade(revision: str, sql: bool, url: URL) -> None:
         with reported("writing the SQL of the upgrade", url):
             alembic.command.upgrade(migrations.alembic_config(url), revision, sql=True)
         return
-    before = _revision(url)
-    adopted = _legacy_layout(url) if before == "base" else None
     _make_folders(url)
-    with reported("upgrade", url):
-        migrations.upgrade(url, revision)
-    after = _revision(url)
+    with reported("upgrade", url):  # what it found under the migration lock
+        report = migrations.upgrade_and_report(url, revision)
+    before, adopted, after = (report.before or "base", report.adopted, report.after or "base")
     if adopted is not None:
         click.echo(f"{shown(url)}: adopted triflux schema {ADOPTED_SCHEMA[adopted]} as "
                    f"{adopted}, upgraded to {after}")
@@ -85,16 +83,6 @@ def upgrade(revision: str, sql: bool, url: URL) -> None:
         click.echo(f"{shown(url)}: already at {at}, nothing to do")
     else:
         click.echo(f"{shown(url)}: upgraded from {before} to {after}")
-
-
-def _legacy_layout(url: URL) -> str | None:
-    """The revision a legacy triflux database would be stamped with (None: no hub tables,
-    or no database yet). Refuses an unknown layout, as the upgrade itself would."""
-    path = sqlite_path(url)
-    if path is not None and not path.exists():
-        return None
-    with reported("upgrade", url), health.read_only(url) as conn:
-        return migrations.legacy_revision(conn)
 
 
 def _make_folders(url: URL) -> None:

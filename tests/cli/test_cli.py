@@ -121,7 +121,7 @@ def test_unreachable_database_is_one_line() -> None:
     url = make_url("postgresql+psycopg://nobody@127.0.0.1:1/nothing")
     result = hubstore("upgrade", url=url)
     assert result.exit_code == 1
-    assert result.output.startswith("Error: reading the revision of postgresql+psycopg://")
+    assert result.output.startswith("Error: upgrade of postgresql+psycopg://")
     assert "sqlalche.me" not in result.output
 
 

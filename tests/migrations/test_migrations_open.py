@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -107,9 +108,12 @@ def _counted(monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
         return wrapper
 
     resolve = counting("resolve_url", hubstore.urls.resolve_url)
-    for module in (hubstore.urls, hubstore.store, hubstore.engine, migrations):
+    # the migrations package's modules that import them (commands, config, runtime)
+    parts = [module for module in vars(migrations).values() if isinstance(module, ModuleType)]
+    for module in (hubstore.urls, hubstore.store, hubstore.engine,
+                   *(m for m in parts if hasattr(m, "resolve_url"))):
         monkeypatch.setattr(module, "resolve_url", resolve)
-    for module in (hubstore.engine, migrations):
+    for module in (hubstore.engine, *(m for m in parts if hasattr(m, "create_engine"))):
         monkeypatch.setattr(module, "create_engine",
                             counting("create_engine", module.create_engine))
     return calls

@@ -19,12 +19,13 @@ ROOT = PACKAGE.parent
 
 def test_each_module_imports_only_the_layers_below_it(
         capsys: pytest.CaptureFixture[str]) -> None:
-    """pyproject.toml's import-linter contract (type-only imports count)."""
+    """pyproject.toml's import-linter contracts: the package's layers, and the layers inside
+    hubstore/migrations (type-only imports count)."""
     exit_code = lint_imports(config_filename=str(ROOT / "pyproject.toml"), no_cache=True,
                              no_logo=True)
     out = capsys.readouterr().out
     assert exit_code == 0, out
-    assert "1 kept, 0 broken" in out
+    assert "2 kept, 0 broken" in out
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
