@@ -295,7 +295,7 @@ def test_a_notice_is_one_of_the_consoles_own(client: TestClient, store: HubStore
 def test_behind_a_trusted_proxy_the_forwarded_scheme_passes_the_origin_check(
         store: HubStore) -> None:
     job = store.create_assign("lead", "w1", task="t", status="failed", max_retries=2)
-    app = ProxyHeadersMiddleware(create_app(store, token=TOKEN,
+    app = ProxyHeadersMiddleware(create_app(store, token=TOKEN,  # type: ignore[arg-type]
                                             allowed_hosts=["hub.example.com"]),
                                  trusted_hosts="10.0.0.2")
     forwarded = {"X-Forwarded-Proto": "https", "Origin": "https://hub.example.com"}
@@ -310,11 +310,12 @@ def test_behind_a_trusted_proxy_the_forwarded_scheme_passes_the_origin_check(
             signed = c.post("/login", data={"csrf": _csrf_in(login.text), "token": TOKEN},
                             headers={"Cookie": cookies}, follow_redirects=False)
             if signed.status_code != 303:
-                return signed.status_code
+                return int(signed.status_code)
             cookies += "; " + _cookies(signed)
             page = c.get(f"/job?id={job.job_id}", headers={"Cookie": cookies})
-            return c.post("/job/retry", data={"id": job.job_id, "csrf": _csrf_in(page.text)},
-                          headers={"Cookie": cookies}, follow_redirects=False).status_code
+            return int(c.post("/job/retry", data={"id": job.job_id,
+                                                  "csrf": _csrf_in(page.text)},
+                              headers={"Cookie": cookies}, follow_redirects=False).status_code)
 
     assert act("10.0.0.9") == 403  # an untrusted proxy: its https is not believed
     assert act("10.0.0.2") == 303
