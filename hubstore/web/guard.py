@@ -12,6 +12,7 @@ as a bearer; a request body is refused (413) past its bound before the rest is r
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection
 
 from starlette.datastructures import Headers
@@ -19,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from hubstore.web.security import Security
+from hubstore.web.security import VERDICT, Security
 
 #: A request body's bound for a sender who may read a guarded console.
 MAX_BODY_BYTES = 1024 * 1024
@@ -27,6 +28,9 @@ MAX_BODY_BYTES = 1024 * 1024
 MAX_ANONYMOUS_BODY_BYTES = 16 * 1024
 #: Host names that are always the console's own (it is reached on loopback).
 LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1"})
+#: A stream of a guarded console asks again this often whether its sender may read (a
+#: session signed out, or past its end, stops its streams at their next event).
+STREAM_RECHECK_S = 10.0
 #: Paths anyone may reach on a guarded console (the route's path, below the root path).
 OPEN_PATHS = frozenset({"/login"})
 OPEN_PREFIXES = ("/static/",)
@@ -34,6 +38,10 @@ OPEN_PREFIXES = ("/static/",)
 
 class BodyTooLarge(Exception):
     """The request's body went past its bound while it was read."""
+
+
+class NoLongerAllowed(Exception):
+    """The sender of a stream may no longer read (signed out, session ended)."""
 
 
 def host_name(host: str) -> str:
@@ -84,6 +92,12 @@ class Guard:
         if refusal is not None:
             await refusal(scope, receive, send_nosniff)
             return
+        if self.security.guarded and route_path(scope).startswith("/events"):
+            try:
+                await self.app(scope, receive, self._rechecking(scope, receive, send_nosniff))
+            except NoLongerAllowed:  # the stream ends; the browser's retry is refused
+                return
+            return
         bound = await self._body_bound(scope, receive)
         total = 0
 
@@ -102,6 +116,23 @@ class Guard:
             if started:
                 raise
             await _too_large(bound)(scope, receive, send_nosniff)
+
+    def _rechecking(self, scope: Scope, receive: Receive, send: Send) -> Send:
+        """``send``, asking again every :data:`STREAM_RECHECK_S` whether the stream's
+        sender may still read (NoLongerAllowed when not)."""
+        checked = time.monotonic()
+
+        async def send_while_allowed(message: Message) -> None:
+            nonlocal checked
+            if (message["type"] == "http.response.body"
+                    and time.monotonic() - checked >= STREAM_RECHECK_S):
+                checked = time.monotonic()
+                scope.pop(VERDICT, None)
+                if not await self.security.may_read(Request(scope, receive)):
+                    raise NoLongerAllowed
+            await send(message)
+
+        return send_while_allowed
 
     async def _refusal(self, scope: Scope, receive: Receive) -> Response | None:
         """The answer to send instead of the page, or None to serve it."""

@@ -52,7 +52,8 @@ CSRF_FIELD = "csrf"
 SESSION_MAX_AGE_S = 12 * 3600
 #: The database's name of the CSRF key of a console with a hook (no token to derive it).
 CSRF_KEY_NAME = "csrf"
-_VERDICT = "hubstore.console.identified"
+#: Where a request's scope keeps whether its sender is identified (asked once).
+VERDICT = "hubstore.console.identified"
 
 
 def _mac(key: bytes, value: str) -> str:
@@ -134,7 +135,7 @@ class Security:
     async def identified(self, request: Request) -> bool:
         """True when the hook says yes, or the request has an open session (asked once
         per request)."""
-        cached = request.scope.get(_VERDICT)
+        cached = request.scope.get(VERDICT)
         if cached is not None:
             return bool(cached)
         if self.auth is not None:
@@ -148,7 +149,7 @@ class Security:
                 lambda store: sessions.session_open(store, self._digest(value)))
         else:
             found = False
-        request.scope[_VERDICT] = found
+        request.scope[VERDICT] = found
         return found
 
     async def may_read(self, request: Request) -> bool:
@@ -181,7 +182,7 @@ class Security:
         if value and self._session_key is not None:
             digest = self._digest(value)
             await self.store.run_sync(lambda store: sessions.close_session(store, digest))
-        request.scope[_VERDICT] = False
+        request.scope[VERDICT] = False
 
     # -- CSRF ------------------------------------------------------------------------
 

@@ -18,7 +18,8 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from hubstore import HubStore
 from hubstore.ids import now_ms
-from hubstore.web import create_app
+from hubstore.web import create_app, guard
+from hubstore.web.pages import live
 from tests.console.web_helpers import TOKEN, csrf, post, sign_in
 from tests.helpers import present
 
@@ -328,3 +329,36 @@ def _cookies(response: Any) -> str:
 
 def _csrf_in(page: str) -> str:
     return page.split('name="hubstore-csrf" content="', 1)[1].split('"', 1)[0]
+
+
+def test_a_stream_ends_once_its_session_is_signed_out(client: TestClient, store: HubStore,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(guard, "STREAM_RECHECK_S", 0.0)
+    monkeypatch.setattr(live, "KEEPALIVE_S", 0.05)
+    sign_in(client)
+    cookie = f"hubstore_console={client.cookies.get('hubstore_console')}"
+    app = create_app(store, token=TOKEN)
+    bodies: list[bytes] = []
+
+    async def receive() -> dict[str, Any]:
+        await asyncio.Event().wait()  # the browser stays
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body":
+            bodies.append(message.get("body", b""))
+            if len(bodies) == 3:  # the stream runs: sign out elsewhere
+                with store.unit_of_work() as uow:
+                    uow.connection.execute(text("DELETE FROM console_sessions"))
+
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+             "method": "GET", "scheme": "http", "path": "/events", "raw_path": b"/events",
+             "query_string": b"", "root_path": "", "server": ("127.0.0.1", 8420),
+             "client": ("127.0.0.1", 5000),
+             "headers": [(b"host", b"127.0.0.1"), (b"cookie", cookie.encode())]}
+
+    async def run() -> None:
+        await asyncio.wait_for(app(scope, receive, send), timeout=10)
+
+    asyncio.run(run())  # returns: the stream ended (else a TimeoutError after 10 s)
+    assert len(bodies) >= 3 and b"event: hub" in b"".join(bodies)
