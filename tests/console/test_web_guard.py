@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 from typing import Any
 
 import pytest
@@ -344,7 +344,7 @@ def test_a_stream_ends_once_its_session_is_signed_out(client: TestClient, store:
         await asyncio.Event().wait()  # the browser stays
         return {"type": "http.disconnect"}
 
-    async def send(message: dict[str, Any]) -> None:
+    async def send(message: MutableMapping[str, Any]) -> None:
         if message["type"] == "http.response.body":
             bodies.append(message.get("body", b""))
             if len(bodies) == 3:  # the stream runs: sign out elsewhere
