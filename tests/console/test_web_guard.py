@@ -175,6 +175,15 @@ def test_a_hooks_form_submits_after_a_restart(store: HubStore) -> None:
 
 # -- 4. bodies are bounded before they are read --------------------------------------------
 
+def _scope(method: str, path: str, headers: dict[str, str]) -> dict[str, Any]:
+    """An ASGI scope of one HTTP request from 127.0.0.1."""
+    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+            "method": method, "scheme": "http", "path": path, "raw_path": path.encode(),
+            "query_string": b"", "root_path": "", "server": ("127.0.0.1", 8420),
+            "client": ("127.0.0.1", 5000),
+            "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()]}
+
+
 def _raw(app: Any, method: str, path: str, headers: dict[str, str],
          chunks: list[bytes]) -> tuple[int, int]:
     """(status, how many body chunks the app read) for one request sent to ``app`` as
@@ -195,12 +204,7 @@ def _raw(app: Any, method: str, path: str, headers: dict[str, str],
         if message["type"] == "http.response.start":
             status = message["status"]
 
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-             "method": method, "scheme": "http", "path": path, "raw_path": path.encode(),
-             "query_string": b"", "root_path": "", "server": ("127.0.0.1", 8420),
-             "client": ("127.0.0.1", 5000),
-             "headers": [(k.lower().encode(), v.encode()) for k, v in headers.items()]}
-    asyncio.run(app(scope, receive, send))
+    asyncio.run(app(_scope(method, path, headers), receive, send))
     return status, read
 
 
@@ -351,11 +355,7 @@ def test_a_stream_ends_once_its_session_is_signed_out(client: TestClient, store:
                 with store.unit_of_work() as uow:
                     uow.connection.execute(text("DELETE FROM console_sessions"))
 
-    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-             "method": "GET", "scheme": "http", "path": "/events", "raw_path": b"/events",
-             "query_string": b"", "root_path": "", "server": ("127.0.0.1", 8420),
-             "client": ("127.0.0.1", 5000),
-             "headers": [(b"host", b"127.0.0.1"), (b"cookie", cookie.encode())]}
+    scope = _scope("GET", "/events", {"host": "127.0.0.1", "cookie": cookie})
 
     async def run() -> None:
         await asyncio.wait_for(app(scope, receive, send), timeout=10)
