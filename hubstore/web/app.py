@@ -9,7 +9,7 @@ from pathlib import Path
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import PlainTextResponse, Response
 from starlette.routing import BaseRoute, Mount
 from starlette.staticfiles import StaticFiles
 
@@ -95,12 +95,21 @@ def create_app(store: HubStore | AsyncHubStore, token: str | None = None,
     ]
     # A HubStore's AsyncHubStore ends its lanes' threads once the app is dropped; the
     # store itself is the caller's to close.
-    app = Starlette(routes=routes, exception_handlers={ValidationError: _not_found},
+    app = Starlette(routes=routes, exception_handlers={ValidationError: _not_found,
+                                                       Exception: _server_error},
                     middleware=[Middleware(Guard, security=security,
                                            allowed_hosts=allowed_hosts,
                                            max_body_bytes=max_body_bytes)])
     app.state.console = console
     return app
+
+
+async def _server_error(request: Request, exc: Exception) -> Response:
+    """A failure no page answers (500), said as plainly, nosniff as every response (it is
+    sent outside the console's gate)."""
+    log.error("%s %s failed: %s", request.method, request.url.path, type(exc).__name__)
+    return PlainTextResponse("500: the console failed (its log says why)", status_code=500,
+                             headers={"X-Content-Type-Options": "nosniff"})
 
 
 async def _not_found(request: Request, exc: Exception) -> Response:

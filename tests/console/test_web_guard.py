@@ -19,7 +19,7 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 from hubstore import HubStore
 from hubstore.ids import now_ms
 from hubstore.web import create_app, guard
-from hubstore.web.pages import live
+from hubstore.web.pages import live, overview
 from tests.console.web_helpers import TOKEN, csrf, post, sign_in
 from tests.helpers import present
 
@@ -362,3 +362,15 @@ def test_a_stream_ends_once_its_session_is_signed_out(client: TestClient, store:
 
     asyncio.run(run())  # returns: the stream ended (else a TimeoutError after 10 s)
     assert len(bodies) >= 3 and b"event: hub" in b"".join(bodies)
+
+
+def test_a_failure_no_page_answers_says_nosniff_too(store: HubStore,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    async def broken(request: Any) -> dict[str, Any]:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(overview, "_context", broken)
+    with TestClient(create_app(store), base_url=BASE, raise_server_exceptions=False) as c:
+        failed = c.get("/")
+    assert failed.status_code == 500 and "boom" not in failed.text
+    assert failed.headers["x-content-type-options"] == "nosniff"
