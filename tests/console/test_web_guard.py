@@ -17,9 +17,10 @@ from starlette.testclient import TestClient
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from hubstore import HubStore
+from hubstore.aio import AsyncHubStore
 from hubstore.ids import now_ms
 from hubstore.web import create_app, guard
-from hubstore.web.pages import live, overview
+from hubstore.web.pages import live
 from tests.console.web_helpers import TOKEN, csrf, post, sign_in
 from tests.helpers import present
 
@@ -366,11 +367,12 @@ def test_a_stream_ends_once_its_session_is_signed_out(client: TestClient, store:
 
 def test_a_failure_no_page_answers_says_nosniff_too(store: HubStore,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    async def broken(request: Any) -> dict[str, Any]:
+    async def broken() -> None:
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(overview, "_context", broken)
-    with TestClient(create_app(store), base_url=BASE, raise_server_exceptions=False) as c:
+    astore = AsyncHubStore(store)
+    monkeypatch.setattr(astore, "list_all_agents", broken)
+    with TestClient(create_app(astore), base_url=BASE, raise_server_exceptions=False) as c:
         failed = c.get("/")
     assert failed.status_code == 500 and "boom" not in failed.text
     assert failed.headers["x-content-type-options"] == "nosniff"
