@@ -33,14 +33,26 @@ def client(store: HubStore) -> Iterator[TestClient]:
         yield c
 
 
+@pytest.fixture
+def logs(caplog: pytest.LogCaptureFixture,
+         monkeypatch: pytest.MonkeyPatch) -> pytest.LogCaptureFixture:
+    """caplog, with the loggers the tests read enabled again (a logging configuration
+    with ``disable_existing_loggers``, run by an earlier test in the process, turns them
+    off)."""
+    for name in ("hubstore", "hubstore.web", "sqlalchemy", "sqlalchemy.engine",
+                 "sqlalchemy.engine.Engine"):
+        monkeypatch.setattr(logging.getLogger(name), "disabled", False)
+    return caplog
+
+
 def test_no_secret_reaches_the_log_at_any_verbosity(db_url: URL,
-                                                    caplog: pytest.LogCaptureFixture) -> None:
+                                                    logs: pytest.LogCaptureFixture) -> None:
     """What ``hubstore web -vv`` logs (its most: hubstore at DEBUG, SQLAlchemy's
     statements at INFO) while an operator signs in and answers a credential request."""
     secret = "hunter2-in-the-log?"
-    caplog.set_level(logging.DEBUG)
-    caplog.set_level(logging.DEBUG, logger="hubstore")
-    caplog.set_level(logging.INFO, logger="sqlalchemy.engine")
+    logs.set_level(logging.DEBUG)
+    logs.set_level(logging.DEBUG, logger="hubstore")
+    logs.set_level(logging.INFO, logger="sqlalchemy.engine")
     with HubStore.open(db_url) as store:  # opened after logging is on (as -vv does)
         request = store.insert_human_request("a", "credential", "the password?")
         with TestClient(create_app(store, token=TOKEN), base_url=BASE) as c:
@@ -51,9 +63,9 @@ def test_no_secret_reaches_the_log_at_any_verbosity(db_url: URL,
             session = c.cookies.get("hubstore_console")
         assert present(store.get_human_request(request.request_id)).response == {
             "credential": secret}
-    assert "UPDATE human_requests" in caplog.text  # the statements were logged
-    assert secret not in caplog.text and TOKEN not in caplog.text
-    assert session and session not in caplog.text
+    assert "UPDATE human_requests" in logs.text  # the statements were logged
+    assert secret not in logs.text and TOKEN not in logs.text
+    assert session and session not in logs.text
 
 
 # -- 1. reading needs the session (or the hook's yes) ------------------------------------
@@ -272,8 +284,8 @@ def test_a_nul_in_an_id_is_not_found(client: TestClient) -> None:
 
 
 def test_failed_sign_ins_are_logged_and_slowed(client: TestClient,
-                                               caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.WARNING)
+                                               logs: pytest.LogCaptureFixture) -> None:
+    logs.set_level(logging.WARNING)
     throttle = client.app.state.console.security.throttle  # type: ignore[attr-defined]
     throttle.first_wait_s = 0.5
     statuses = [client.post("/login", data={"csrf": csrf(client, "/login"),
@@ -283,8 +295,8 @@ def test_failed_sign_ins_are_logged_and_slowed(client: TestClient,
     refused = client.post("/login", data={"csrf": csrf(client, "/login"), "token": TOKEN},
                           follow_redirects=False)
     assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
-    assert caplog.text.count("wrong token refused") == 5 and "wrong-guess" not in caplog.text
-    assert "testclient" in caplog.text  # the client's address
+    assert logs.text.count("wrong token refused") == 5 and "wrong-guess" not in logs.text
+    assert "testclient" in logs.text  # the client's address
     time.sleep(0.6)
     sign_in(client)  # after the wait the right token is taken, and the count forgotten
 
