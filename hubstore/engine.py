@@ -91,6 +91,9 @@ def create_hub_engine(url: URL, *, wal: bool = True, foreign_keys: bool = True,
     ``?call_timeout=`` in the URL, else ``call_timeout_s`` seconds (0 or None: no
     bound).
     """
+    # Statement parameters stay out of SQLAlchemy's log and errors: they may hold a
+    # secret (a credential answer), and -vv logs every statement.
+    kwargs.setdefault("hide_parameters", True)
     if url.get_backend_name() == "postgresql":
         from_url = call_timeout_in(url)
         bound = from_url if from_url is not None else checked_call_timeout(

@@ -442,6 +442,34 @@ class AssignSchedule(Base):
 Index("ix_assign_schedules_due", AssignSchedule.next_due_ms)
 
 
+class ConsoleSession(Base):
+    """An operator's session of the console (revision 0018): the SHA-256 of the cookie's
+    random value (never the value itself), and when it ends. Signing out deletes the row;
+    a session past ``expires_at_ms`` is refused and pruned at the next sign-in. In the
+    database, so that every console process of the hub, and a restarted one, agree."""
+
+    __tablename__ = "console_sessions"
+
+    session_hash: Mapped[str] = mapped_column(Text, primary_key=True)
+    created_at_ms: Mapped[int] = mapped_column(Millis)
+    expires_at_ms: Mapped[int] = mapped_column(Millis)
+
+
+Index("ix_console_sessions_expires_at_ms", ConsoleSession.expires_at_ms)
+
+
+class ConsoleKey(Base):
+    """A console's signing key (revision 0018), by name: the CSRF key of a console whose
+    application decides who may act (an ``auth`` hook), kept so that a page rendered
+    before a restart, or by another console process, still submits."""
+
+    __tablename__ = "console_keys"
+
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    secret: Mapped[str] = mapped_column(Text)
+    created_at_ms: Mapped[int] = mapped_column(Millis)
+
+
 class PipelineState(Base):
     __tablename__ = "pipeline_state"
 
@@ -547,6 +575,8 @@ __all__ = [
     "AssignLimitRelease",
     "AssignSchedule",
     "Base",
+    "ConsoleKey",
+    "ConsoleSession",
     "DeadLetter",
     "HubMeta",
     "HumanRequest",

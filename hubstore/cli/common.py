@@ -141,6 +141,17 @@ def configure_logging(verbosity: int) -> None:
             logger.addHandler(_LOG_HANDLER)
 
 
+def show_warnings(name: str) -> None:
+    """The warnings of the logger ``name`` on stderr without -v too (a server's refusals,
+    which its operator must see), unless -v configured logging already."""
+    logger = logging.getLogger(name)
+    if _LOG_HANDLER not in logger.handlers and _LOG_HANDLER not in logging.getLogger(
+            "hubstore").handlers:
+        _LOG_HANDLER.setStream(sys.stderr)
+        logger.addHandler(_LOG_HANDLER)
+        logger.setLevel(min(logger.getEffectiveLevel(), logging.WARNING))
+
+
 def _verbose() -> Callable[[Any], Any]:
     return click.option("-v", "--verbose", count=True, expose_value=False, callback=_verbosity,
                         help=VERBOSE_HELP)

@@ -19,6 +19,7 @@ from starlette.templating import Jinja2Templates
 from hubstore.aio import AsyncHubStore
 from hubstore.assign_rules import duration_text
 from hubstore.errors import HubStoreError
+from hubstore.models import HUMAN_STATES
 from hubstore.web.security import CSRF_COOKIE, CSRF_FIELD, Security
 from hubstore.web.stream import Pulse
 
@@ -92,8 +93,8 @@ async def render(request: Request, template: str, context: dict[str, Any],
         "read_only": security.read_only,
         "uses_login": security.uses_login,
         "csrf_field": CSRF_FIELD,
-        "csrf": security.csrf_token(nonce),
-        "notice": request.query_params.get("notice", ""),
+        "csrf": await security.csrf_token(nonce),
+        "notice": NOTICES.get(request.query_params.get("notice", ""), ""),
         **context,
     }
     response = console.templates.TemplateResponse(request, template, page,
@@ -121,7 +122,7 @@ async def checked_form(request: Request) -> FormData | Response:
     security = console_of(request).security
     form = await request.form()
     given = form.get(CSRF_FIELD)
-    if not security.csrf_valid(request, given if isinstance(given, str) else ""):
+    if not await security.csrf_valid(request, given if isinstance(given, str) else ""):
         return await refused(request, "the form's CSRF check failed: reload the page "
                              "and try again")
     if not await security.may_act(request):
@@ -136,9 +137,32 @@ def field(form: FormData, name: str) -> str:
     return value if isinstance(value, str) else ""
 
 
+def notice_code(text: str) -> str:
+    """The code in a URL of a notice's text (``answered: accepted`` -> answered-accepted)."""
+    return "-".join("".join(c if c.isalnum() else " " for c in text.lower()).split())
+
+
+def _notices() -> dict[str, str]:
+    states = [*HUMAN_STATES, "gone"]
+    texts = ["requeued", "discarded", "already gone", "retry scheduled", "cancelled",
+             "saved", "deleted", *(f"answered: {state}" for state in HUMAN_STATES),
+             *(f"someone else answered it first (it is {state}): yours was not kept"
+               for state in states)]
+    return {notice_code(text): text for text in texts}
+
+
+#: The notices a page shows after an action, by their code in ``?notice=``: only these
+#: (a link cannot put its own text in the page's success banner).
+NOTICES = _notices()
+
+
 def back(request: Request, name: str, notice: str, **query: str) -> RedirectResponse:
-    """303 to a page (Post/Redirect/Get) with a short notice (never a secret)."""
-    url = request.url_for(name).include_query_params(**query, notice=notice)
+    """303 to a page (Post/Redirect/Get) with a short notice (one of :data:`NOTICES`,
+    passed as its code; another shows none)."""
+    code = notice_code(notice)
+    if code not in NOTICES:
+        log.warning("console: the notice %r is not one of NOTICES; none shown", notice)
+    url = request.url_for(name).include_query_params(**query, notice=code)
     return RedirectResponse(str(url), status_code=303)
 
 

@@ -57,7 +57,7 @@ def _job(store: HubStore, status: str = "queued", **values: object) -> str:
     return job.job_id
 
 
-def test_every_page_renders_and_escapes_hostile_text(client: TestClient, store: HubStore
+def test_every_page_renders_and_escapes_hostile_text(operator: TestClient, store: HubStore
                                                      ) -> None:
     for text in HOSTILE:
         store.register_agent(f"agent {text[:40]}", "codex", topics=[text[:100]])
@@ -69,17 +69,17 @@ def test_every_page_renders_and_escapes_hostile_text(client: TestClient, store: 
         store.add_reflexion(text, text, text, solution_code=text)
     pages = [*PAGES, f"/job?id={job.job_id}", f"/messages?trace_id={job.trace_id}"]
     for path in pages:
-        page = client.get(path)
+        page = operator.get(path)
         assert page.status_code == 200, (path, page.text)
         assert "<script>window" not in page.text and "<img src=x" not in page.text, path
         assert "<b>bold</b>" not in page.text, path
-    detail = client.get(f"/job?id={job.job_id}").text
-    assert html.escape(HOSTILE[-1]) in detail and html.escape(HOSTILE[0]) in client.get(
+    detail = operator.get(f"/job?id={job.job_id}").text
+    assert html.escape(HOSTILE[-1]) in detail and html.escape(HOSTILE[0]) in operator.get(
         "/human-requests").text
 
 
 def test_pages_send_no_cache_and_a_strict_content_policy(client: TestClient) -> None:
-    page = client.get("/")
+    page = client.get("/login")
     assert page.headers["cache-control"] == "no-store"
     assert "script-src 'self'" in page.headers["content-security-policy"]
     assert page.headers["x-frame-options"] == "DENY"
@@ -104,7 +104,7 @@ def test_without_a_token_the_console_is_read_only(store: HubStore) -> None:
 def test_an_action_without_the_token_or_the_csrf_check_is_refused(client: TestClient,
                                                                   store: HubStore) -> None:
     job_id = _job(store, "failed", max_retries=3)
-    assert post(client, "/job/retry", {"id": job_id}) == 403  # not signed in
+    assert post(client, "/job/retry", {"id": job_id}, "/login") == 401  # not signed in
     refused = client.post("/login", data={"csrf": csrf(client, "/login"), "token": "wrong!!!"})
     assert refused.status_code == 403 and "not the operator token" in refused.text
     sign_in(client)
@@ -122,7 +122,7 @@ def test_an_action_without_the_token_or_the_csrf_check_is_refused(client: TestCl
     # signed out: refused again
     assert post(client, "/logout", {}) == 303
     client.cookies.delete("hubstore_console")
-    assert post(client, "/job/retry", {"id": job_id}) == 403
+    assert post(client, "/job/retry", {"id": job_id}, "/login") == 401
 
 
 def test_a_session_from_another_token_is_refused(store: HubStore) -> None:
@@ -133,7 +133,7 @@ def test_a_session_from_another_token_is_refused(store: HubStore) -> None:
         stolen = other.cookies.get("hubstore_console")
     with TestClient(create_app(store, token=TOKEN), base_url="http://127.0.0.1") as c:
         c.cookies.set("hubstore_console", str(stolen))
-        assert post(c, "/job/retry", {"id": job_id}) == 403
+        assert post(c, "/job/retry", {"id": job_id}, "/login") == 401
 
 
 def test_an_auth_hook_decides_who_may_act(store: HubStore) -> None:
@@ -143,7 +143,8 @@ def test_an_auth_hook_decides_who_may_act(store: HubStore) -> None:
         return request.headers.get("x-operator") == "yes"
 
     with TestClient(create_app(store, auth=hook), base_url="http://127.0.0.1") as c:
-        assert post(c, "/job/retry", {"id": job_id}) == 403
+        assert c.get("/").status_code == 403  # the hook decides who may read too
+        assert c.post("/job/retry", data={"id": job_id}).status_code == 403
         c.headers["x-operator"] = "yes"
         assert post(c, "/job/retry", {"id": job_id}) == 303
     assert present(store.get_assign(job_id)).status == "queued"
@@ -182,57 +183,57 @@ def _why(client: TestClient, job_id: str) -> str:
     return html.unescape(page.split('id="job-waiting">', 1)[1].split("</dd>", 1)[0])
 
 
-def test_a_queued_job_says_why_it_is_not_taken(client: TestClient, store: HubStore) -> None:
+def test_a_queued_job_says_why_it_is_not_taken(operator: TestClient, store: HubStore) -> None:
     later = AssignJobFactory.create(status="queued",
                                     not_before_ms=now_ms() + 3_600_000).job_id
-    assert _why(client, later).startswith("scheduled: due ")
+    assert _why(operator, later).startswith("scheduled: due ")
     store.assign_async("lead", "w2", max_retries=1, retry_backoff_ms=600_000)
     backing_off = present(store.claim_next_assign("w2"))
     store.finish_assign(backing_off, "failed")  # retried, after its back-off
-    assert _why(client, backing_off.job_id).startswith("back-off after retry 1: due ")
+    assert _why(operator, backing_off.job_id).startswith("back-off after retry 1: due ")
     now = _job(store)
-    assert _why(client, now) == "due: waiting for worker 'w1' to claim it"
+    assert _why(operator, now) == "due: waiting for worker 'w1' to claim it"
     store.set_assign_limit("codex", max_running=1)
     store.assign_async("lead", "w3", limit_key="codex")
     present(store.claim_next_assign("w3"))
     held = store.assign_async("lead", "w3", limit_key="codex", unique_key="nightly")
-    assert _why(client, held.job_id) == "limit codex: 1/1 running"
-    detail = client.get(f"/job?id={held.job_id}").text
+    assert _why(operator, held.job_id) == "limit codex: 1/1 running"
+    detail = operator.get(f"/job?id={held.job_id}").text
     assert ">codex (limit: 1/1 running)<" in detail and ">nightly<" in detail
-    listed = client.get("/jobs?status=queued").text
+    listed = operator.get("/jobs?status=queued").text
     assert "limit codex: 1/1 running" in listed and "back-off after retry 1" in listed
-    assert client.get("/job?id=missing").status_code == 404
+    assert operator.get("/job?id=missing").status_code == 404
 
 
-def test_the_overview_shows_each_workers_queued_and_running_jobs(client: TestClient,
+def test_the_overview_shows_each_workers_queued_and_running_jobs(operator: TestClient,
                                                                  store: HubStore) -> None:
     store.assign_many("lead", "w1", [{}, {}, {}])
     store.assign_many("lead", "w2", [{}, {}])
     present(store.claim_next_assign("w2"))
     store.assign_async("lead", "w3")
     store.finish_assign(present(store.claim_next_assign("w3")), "succeeded")
-    page = client.get("/").text.split('id="workers-h"', 1)[1].split("</section>", 1)[0]
+    page = operator.get("/").text.split('id="workers-h"', 1)[1].split("</section>", 1)[0]
     rows = [row.split("</tr>", 1)[0] for row in page.split("<tr><td>")[1:]]
     assert [html.unescape(r).split(">", 2)[1].split("<", 1)[0] for r in rows] == ["w1", "w2"]
     assert rows[0].endswith("<td>3</td><td>0</td>") and rows[1].endswith("<td>1</td><td>1</td>")
 
 
-def test_the_overview_lists_the_assign_limits(client: TestClient, store: HubStore) -> None:
-    assert "No assign limit is set" in client.get("/").text
+def test_the_overview_lists_the_assign_limits(operator: TestClient, store: HubStore) -> None:
+    assert "No assign limit is set" in operator.get("/").text
     store.set_assign_limit("gemini", max_starts=60, per_ms=60_000)
     store.set_assign_limit("codex", max_running=2)
     store.assign_async("lead", "w1", limit_key="codex")
     present(store.claim_next_assign("w1"))
-    page = client.get("/").text
+    page = operator.get("/").text
     rows = {row.split('"', 1)[0]: row for row in page.split('data-limit="')[1:]}
     assert "<td>1</td><td>2</td>" in rows["codex"]
     assert "<td>0</td><td>60</td><td>1m</td>" in rows["gemini"]
 
 
-def test_a_bad_cursor_or_filter_is_refused_with_a_reason(client: TestClient) -> None:
-    bad = client.get("/jobs?after=not-a-cursor")
+def test_a_bad_cursor_or_filter_is_refused_with_a_reason(operator: TestClient) -> None:
+    bad = operator.get("/jobs?after=not-a-cursor")
     assert bad.status_code == 400 and "cursor" in bad.text
-    assert client.get("/live/jobs?after=not-a-cursor").status_code == 400
+    assert operator.get("/live/jobs?after=not-a-cursor").status_code == 400
 
 
 def test_dead_letters_requeue_and_discard(operator: TestClient, store: HubStore) -> None:
@@ -339,22 +340,22 @@ def test_reflexion_search_edit_and_delete(operator: TestClient, store: HubStore)
     assert store.get_reflexion(other.id) is None
 
 
-def test_the_reflexion_list_is_paged_in_list_reflexions_order(client: TestClient,
+def test_the_reflexion_list_is_paged_in_list_reflexions_order(operator: TestClient,
                                                               store: HubStore) -> None:
     for i in range(55):
         ReflexionEntryFactory.create(confidence=(i % 7) / 7, type="adaptive")
     ReflexionEntryFactory.create(type="reflexion")
     listed = [e.id for e in store.list_reflexion(type="adaptive")]
-    first = client.get("/reflexion?type=adaptive").text
+    first = operator.get("/reflexion?type=adaptive").text
     link = first.split('rel="next"')[0].rsplit('href="', 1)[1].split('"')[0]
-    second = client.get(html.unescape(link)).text
+    second = operator.get(html.unescape(link)).text
     assert "Next page" not in second and "First page" in second
     shown = [page.split("/reflexion/entry?id=")[1:] for page in (first, second)]
     assert [len(page) for page in shown] == [50, 5]
     assert [part.split('"', 1)[0] for page in shown for part in page] == listed
 
 
-def test_metrics_are_the_hubs_figures(client: TestClient, store: HubStore) -> None:
+def test_metrics_are_the_hubs_figures(operator: TestClient, store: HubStore) -> None:
     store.register_agent("w1", "codex")
     for status in ("queued", "queued", "running", "failed"):
         _job(store, status)
@@ -362,7 +363,7 @@ def test_metrics_are_the_hubs_figures(client: TestClient, store: HubStore) -> No
     MessageFactory.create()
     store.move_to_dead_letter(MessageFactory.create().id, "x")
     store.insert_human_request("a", "text", "?")
-    response = client.get("/metrics")
+    response = operator.get("/metrics")
     assert response.headers["content-type"].startswith("text/plain")
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                for family in text_string_to_metric_families(response.text)
@@ -383,13 +384,13 @@ def test_metrics_are_the_hubs_figures(client: TestClient, store: HubStore) -> No
                       (("status", "running"), ("worker", "w1")): 1}
 
 
-def test_the_jobs_page_links_its_next_page(client: TestClient, store: HubStore) -> None:
+def test_the_jobs_page_links_its_next_page(operator: TestClient, store: HubStore) -> None:
     for _ in range(55):
         _job(store)
-    first = client.get("/jobs?status=queued").text
+    first = operator.get("/jobs?status=queued").text
     assert first.count("data-job=") == 50 and "Next page" in first
     link = first.split('rel="next"')[0].rsplit('href="', 1)[1].split('"')[0]
-    second = client.get(html.unescape(link)).text
+    second = operator.get(html.unescape(link)).text
     assert second.count("data-job=") == 5 and "Next page" not in second
 
 
@@ -405,6 +406,9 @@ def test_the_consoles_reads_use_indexes(store: HubStore, backend: str) -> None:
 def test_the_console_mounts_inside_an_application(store: HubStore) -> None:
     outer = Starlette(routes=[Mount("/hub", app=create_app(store, token=TOKEN))])
     with TestClient(outer, base_url="http://127.0.0.1") as c:
+        assert c.get("/hub/", follow_redirects=False).headers["location"] == (
+            "http://127.0.0.1/hub/login")
+        sign_in(c, root="/hub")
         page = c.get("/hub/").text
         assert 'href="http://127.0.0.1/hub/jobs"' in page
         assert 'src="http://127.0.0.1/hub/static/htmx.min.js"' in page
@@ -468,12 +472,12 @@ def test_importing_the_console_without_its_extra_names_the_extra() -> None:
     assert 'pip install "hubstore[web]"' in out
 
 
-def test_the_human_requests_status_says_when_the_list_changed(client: TestClient,
+def test_the_human_requests_status_says_when_the_list_changed(operator: TestClient,
                                                               store: HubStore) -> None:
     store.insert_human_request("a", "text", "first?")
-    page = client.get("/human-requests").text
+    page = operator.get("/human-requests").text
     live = html.unescape(page.split('hx-get="', 2)[1].split('"')[0])  # the status's URL
     assert "/live/human-requests?shown=" in live
-    assert "have changed" not in client.get(live).text
+    assert "have changed" not in operator.get(live).text
     store.insert_human_request("a", "text", "second?")
-    assert "have changed" in client.get(live).text
+    assert "have changed" in operator.get(live).text

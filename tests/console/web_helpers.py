@@ -24,9 +24,10 @@ def csrf(client: TestClient, path: str = "/") -> str:
     return found.group(1)
 
 
-def sign_in(client: TestClient, token: str = TOKEN) -> None:
-    response = client.post("/login", data={"csrf": csrf(client, "/login"), "token": token},
-                           follow_redirects=False)
+def sign_in(client: TestClient, token: str = TOKEN, root: str = "") -> None:
+    """Sign in on the console at ``root`` (its mount path)."""
+    response = client.post(f"{root}/login", data={"csrf": csrf(client, f"{root}/login"),
+                                                  "token": token}, follow_redirects=False)
     assert response.status_code == 303, response.text
 
 

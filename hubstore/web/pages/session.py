@@ -9,7 +9,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from hubstore.web.console import console_of, field, refused, render
-from hubstore.web.security import CSRF_FIELD, SESSION_COOKIE, SESSION_MAX_AGE_S
+from hubstore.web.security import CSRF_FIELD, SESSION_COOKIE, SESSION_MAX_AGE_S, client_of
 
 log = logging.getLogger("hubstore.web")
 
@@ -21,16 +21,29 @@ async def login_page(request: Request) -> Response:
 async def login(request: Request) -> Response:
     security = console_of(request).security
     form = await request.form()
-    if not security.csrf_valid(request, field(form, CSRF_FIELD)):
+    if not await security.csrf_valid(request, field(form, CSRF_FIELD)):
         return await refused(request, "the form's CSRF check failed: reload the page")
     if not security.uses_login:
         return await refused(request, "this console takes no operator token")
+    client = client_of(request)
+    throttle = security.throttle
+    wait = throttle.wait_s(client)
+    if wait > 0:
+        log.warning("console: sign-in from %s refused unread: %.0f s to wait after "
+                    "failed ones", client, wait)
+        slowed = await refused(request, f"too many failed sign-ins: wait {wait:.0f} s")
+        slowed.status_code = 429
+        slowed.headers["Retry-After"] = str(max(1, round(wait)))
+        return slowed
     if not security.token_matches(field(form, "token")):
-        log.warning("console: sign-in with a wrong token refused")
+        failures = throttle.failed(client)
+        log.warning("console: sign-in from %s with a wrong token refused (%d in a row)",
+                    client, failures)
         return await render(request, "login.html", {"failed": True}, status_code=403)
-    log.info("console: operator signed in")
+    throttle.succeeded(client)
+    log.info("console: operator signed in from %s", client)
     response = RedirectResponse(str(request.url_for("overview")), status_code=303)
-    security.set_cookie(request, response, SESSION_COOKIE, security.new_session(),
+    security.set_cookie(request, response, SESSION_COOKIE, await security.open_session(),
                         max_age=SESSION_MAX_AGE_S)
     return response
 
@@ -38,8 +51,10 @@ async def login(request: Request) -> Response:
 async def logout(request: Request) -> Response:
     security = console_of(request).security
     form = await request.form()
-    if not security.csrf_valid(request, field(form, CSRF_FIELD)):
+    if not await security.csrf_valid(request, field(form, CSRF_FIELD)):
         return await refused(request, "the form's CSRF check failed: reload the page")
+    await security.close_session(request)
+    log.info("console: operator signed out")
     response = RedirectResponse(str(request.url_for("overview")), status_code=303)
     security.clear_cookie(request, response, SESSION_COOKIE)
     return response
