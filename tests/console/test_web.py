@@ -8,7 +8,6 @@ import html
 import logging
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -38,18 +37,6 @@ from tests.helpers import present, query_plan
 PAGES = ["/", "/jobs", "/dead-letters", "/human-requests", "/reflexion", "/messages",
          "/login", "/live/overview", "/live/jobs", "/live/dead-letters",
          "/live/human-requests"]
-
-
-@pytest.fixture
-def client(store: HubStore) -> Iterator[TestClient]:
-    with TestClient(create_app(store, token=TOKEN), base_url="http://127.0.0.1") as c:
-        yield c
-
-
-@pytest.fixture
-def operator(client: TestClient) -> TestClient:
-    sign_in(client)
-    return client
 
 
 def _job(store: HubStore, status: str = "queued", **values: object) -> str:

@@ -1,0 +1,119 @@
+"""The console as an operator works in it all day (issue 38), over HTTP on both dialects:
+the job page pages its trace, an unchanged reflexion save changes nothing, human
+requests past their deadline, visible bidi text, choice labels, the answered history,
+and /metrics' queue age, latency and finished counter."""
+
+from __future__ import annotations
+
+import html
+import re
+
+import pytest
+from starlette.testclient import TestClient
+
+from hubstore import HubStore, ValidationError
+from tests.console.web_helpers import csrf, post
+from tests.factories import MessageFactory
+from tests.helpers import present
+
+
+def _next_link(page: str) -> str | None:
+    found = re.search(r'href="([^"]*)" rel="next"', page)
+    return None if found is None else html.unescape(found.group(1))
+
+
+def test_page_messages_by_trace_pages_a_trace_oldest_first(store: HubStore) -> None:
+    trace = "trace-long"
+    for i in range(25):
+        MessageFactory.create(trace_id=trace, created_at_ms=1_000 + i // 3)  # ties
+    MessageFactory.create()  # another trace
+    seen, cursor = [], None
+    while True:
+        page = store.page_messages_by_trace(trace, after=cursor, limit=10)
+        assert len(page.messages) <= 10
+        seen += [m.id for m in page.messages]
+        cursor = page.next
+        if cursor is None:
+            break
+    assert seen == [m.id for m in store.get_messages_by_trace(trace)]
+    assert store.page_messages_by_trace("no-such-trace").messages == []
+    with pytest.raises(ValidationError, match="cursor"):
+        store.page_messages_by_trace(trace, after="nonsense")
+    with pytest.raises(ValidationError, match="limit"):
+        store.page_messages_by_trace(trace, limit=0)
+
+
+def test_the_job_page_holds_one_page_of_its_trace_and_links_the_next(
+        client: TestClient, store: HubStore) -> None:
+    job = store.create_assign("lead", "w1", task="t")
+    ids = [MessageFactory.create(trace_id=job.trace_id, created_at_ms=1_000 + i).id
+           for i in range(230)]
+    shown: list[str] = []
+    url: str | None = f"/job?id={job.job_id}"
+    pages = 0
+    while url is not None:
+        page = client.get(url)
+        assert page.status_code == 200
+        rows = page.text.count("data-message=")
+        assert rows <= 100
+        shown += re.findall(r"data-message=\"([^\"]+)\"", page.text)
+        live = client.get(url.replace("/job?", "/live/job?")).text
+        assert live.count("data-message=") == rows  # the live part refreshes that page only
+        url = _next_link(page.text)
+        pages += 1
+    assert pages == 3 and shown == ids
+    assert client.get(f"/job?id={job.job_id}&after=bad").status_code == 400
+
+
+def test_the_messages_page_pages_a_trace(client: TestClient, store: HubStore) -> None:
+    trace = "trace-of-many"
+    for i in range(510):
+        MessageFactory.create(trace_id=trace, created_at_ms=1_000 + i)
+    first = client.get(f"/messages?trace_id={trace}").text
+    assert first.count("data-message=") == 500
+    link = _next_link(first)
+    assert link is not None
+    second = client.get(link).text
+    assert second.count("data-message=") == 10 and _next_link(second) is None
+    assert "First messages" in second
+
+
+def _form_as_a_browser_sends_it(page: str) -> dict[str, str]:
+    """The edit form's fields as a browser submits them: a textarea's first newline
+    dropped (HTML's rule), its line ends sent as CRLF."""
+    form = page.split('class="edit">', 1)[1].split("</form>", 1)[0]
+    fields = {name: html.unescape(value) for name, value in
+              re.findall(r'<input (?:type="hidden" )?name="([^"]+)" value="([^"]*)"', form)}
+    for name, value in re.findall(r'<textarea name="([^"]+)"[^>]*>(.*?)</textarea>', form,
+                                  re.DOTALL):
+        text = html.unescape(value)
+        text = text[1:] if text.startswith("\n") else text
+        fields[name] = text.replace("\r\n", "\n").replace("\n", "\r\n")
+    return fields
+
+
+def test_saving_a_reflexion_entry_unchanged_changes_nothing(operator: TestClient,
+                                                            store: HubStore) -> None:
+    pattern = "\nTraceback (most recent call last):\n  File <x>\nKeyError: 'a'"
+    entry = store.add_reflexion(pattern, "KeyError: 'a'\r\nat line 3", "\nuse .get()\n",
+                                solution_code="d.get('a')\r\n")
+    before = present(store.get_reflexion(entry.id))
+    page = operator.get(f"/reflexion/entry?id={entry.id}").text
+    form = _form_as_a_browser_sends_it(page)
+    assert form["error_pattern"].startswith("\r\n")  # its leading newline kept
+    saved = operator.post("/reflexion/edit", data=form, follow_redirects=False)
+    assert saved.status_code == 303
+    after = present(store.get_reflexion(entry.id))
+    assert after.to_dict() == before.to_dict()  # every field, updated_at_ms too
+    assert [e.id for e in store.find_reflexion_exact(pattern)] == [entry.id]
+    # a real change is saved, with the textarea's CRLF line ends as LF
+    form["solution"] = "use dict.get()\r\nor a default"
+    assert operator.post("/reflexion/edit", data=form,
+                         follow_redirects=False).status_code == 303
+    changed = present(store.get_reflexion(entry.id))
+    assert changed.solution == "use dict.get()\nor a default"
+    assert (changed.error_pattern, changed.error_message) == (pattern, before.error_message)
+    assert changed.updated_at_ms >= before.updated_at_ms
+    assert post(operator, "/reflexion/edit", {"id": "gone", **{
+        k: v for k, v in form.items() if k not in ("id", "csrf")}}) == 404
+    assert csrf(operator)
