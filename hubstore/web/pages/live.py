@@ -27,7 +27,9 @@ def sse(event: str, data: str) -> str:
 
 async def events(request: Request) -> Response:
     """``hub`` events: each a new version of what the pages show (one at the start, so a
-    page catches up with what changed while it connected)."""
+    page catches up with what changed while it connected), and a ``beat`` event after
+    :data:`KEEPALIVE_S` without one (a page that hears neither for longer says it is not
+    live). The stream ends when the pulse stops (the server is stopping)."""
     pulse = console_of(request).pulse
 
     async def stream() -> AsyncIterator[str]:
@@ -35,8 +37,10 @@ async def events(request: Request) -> Response:
         async with pulse.listen() as listener:
             yield sse("hub", str(listener.seen))
             while True:
-                version = await listener.next(KEEPALIVE_S)
-                yield ": idle\n\n" if version is None else sse("hub", str(version))
+                version = await pulse.unless_stopped(listener.next(KEEPALIVE_S))
+                if pulse.stopped:
+                    return
+                yield sse("beat", "") if version is None else sse("hub", str(version))
 
     return StreamingResponse(stream(), media_type="text/event-stream", headers=_HEADERS)
 
@@ -52,10 +56,15 @@ async def message_events(request: Request) -> Response:
         return await failed(request, exc)
     row = console.templates.get_template("message_rows.html")
 
+    pulse = console.pulse
+
     async def stream() -> AsyncIterator[str]:
         yield "retry: 1000\n\n"
         while True:
-            messages = await feed.next(timeout_s=KEEPALIVE_S, max_messages=50)
+            messages = await pulse.unless_stopped(
+                feed.next(timeout_s=KEEPALIVE_S, max_messages=50))
+            if messages is None:  # the server is stopping
+                return
             if messages:
                 yield sse("message", row.render(messages=list(reversed(messages)),
                                                   request=request))
