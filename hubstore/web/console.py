@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -19,8 +20,9 @@ from starlette.templating import Jinja2Templates
 from hubstore.aio import AsyncHubStore
 from hubstore.assign_rules import duration_text
 from hubstore.errors import HubStoreError
+from hubstore.web.metrics import Tally
 from hubstore.web.security import CSRF_COOKIE, CSRF_FIELD, Security
-from hubstore.web.stream import Pulse
+from hubstore.web.stream import Pulse, stall_ms
 
 log = logging.getLogger("hubstore.web")
 
@@ -29,12 +31,14 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 @dataclass
 class Console:
-    """One console app's state: the store, who may act, the templates, the pulse."""
+    """One console app's state: the store, who may act, the templates, the pulse, the
+    tally of finished jobs /metrics counts."""
 
     store: AsyncHubStore
     security: Security
     templates: Jinja2Templates
     pulse: Pulse
+    tally: Tally = dataclasses.field(default_factory=Tally)
 
 
 def console_of(request: Request) -> Console:
@@ -94,6 +98,7 @@ async def render(request: Request, template: str, context: dict[str, Any],
         "csrf_field": CSRF_FIELD,
         "csrf": security.csrf_token(nonce),
         "notice": request.query_params.get("notice", ""),
+        "stall_ms": stall_ms(),
         **context,
     }
     response = console.templates.TemplateResponse(request, template, page,

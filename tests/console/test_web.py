@@ -357,7 +357,7 @@ def test_metrics_are_the_hubs_figures(client: TestClient, store: HubStore) -> No
     assert samples[("hubstore_assign_jobs", (("status", "queued"),))] == 2
     assert samples[("hubstore_assign_jobs", (("status", "running"),))] == 1
     assert samples[("hubstore_assign_jobs", (("status", "failed"),))] == 1
-    assert samples[("hubstore_assign_jobs_finished_last_minute", ())] == 1
+    assert samples[("hubstore_assign_jobs_finished_total", (("status", "failed"),))] == 1
     assert samples[("hubstore_agents", (("status", "online"),))] == 1
     assert samples[("hubstore_dead_letters", ())] == 1
     assert samples[("hubstore_human_requests_pending", ())] == 1

@@ -9,11 +9,13 @@ import html
 import re
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from hubstore import HubStore, ValidationError
+from hubstore.ids import now_ms
 from tests.console.web_helpers import csrf, post
-from tests.factories import MessageFactory
+from tests.factories import AssignJobFactory, MessageFactory
 from tests.helpers import present
 
 
@@ -117,3 +119,45 @@ def test_saving_a_reflexion_entry_unchanged_changes_nothing(operator: TestClient
     assert post(operator, "/reflexion/edit", {"id": "gone", **{
         k: v for k, v in form.items() if k not in ("id", "csrf")}}) == 404
     assert csrf(operator)
+
+
+def _samples(client: TestClient) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = client.get("/metrics").text
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_metrics_tell_queue_age_claim_to_finish_and_a_finished_counter(
+        client: TestClient, store: HubStore) -> None:
+    now = now_ms()
+    for priority, age_s in ((9, 30), (1, 120), (5, 60)):
+        AssignJobFactory.create(worker_agent="w1", status="queued", priority=priority,
+                                created_at_ms=now - age_s * 1000)
+    AssignJobFactory.create(worker_agent="w2", status="queued", created_at_ms=now - 5_000)
+    AssignJobFactory.create(worker_agent="w3", status="running")  # nothing queued
+
+    def finish(status: str, took_ms: int) -> None:
+        at = now_ms()
+        AssignJobFactory.create(worker_agent="w3", status=status, started_at_ms=at - took_ms,
+                                completed_at_ms=at, updated_at_ms=at)
+
+    finish("succeeded", 3_000)
+    first = _samples(client)
+    ages = {labels: value for (name, labels), value in first.items()
+            if name == "hubstore_worker_queue_age_seconds"}
+    assert set(ages) == {(("worker", "w1"),), (("worker", "w2"),)}
+    assert 120 <= ages[(("worker", "w1"),)] < 130 and 5 <= ages[(("worker", "w2"),)] < 15
+    done = ("hubstore_assign_jobs_finished_total", (("status", "succeeded"),))
+    assert first[done] == 1
+    assert first[("hubstore_assign_jobs_finished_total", (("status", "failed"),))] == 0
+    bucket = "hubstore_assign_job_claim_to_finish_seconds_bucket"
+    assert first[(bucket, (("le", "2.5"), ("status", "succeeded")))] == 0
+    assert first[(bucket, (("le", "5.0"), ("status", "succeeded")))] == 1
+    assert not any(name.endswith("last_minute") for name, _ in first)
+    finish("succeeded", 100)
+    finish("failed", 700_000)
+    second = _samples(client)
+    assert second[done] == 2 and _samples(client)[done] == 2  # each finish counted once
+    assert second[(bucket, (("le", "0.25"), ("status", "succeeded")))] == 1
+    assert second[(bucket, (("le", "900.0"), ("status", "failed")))] == 1
+    assert second[(bucket, (("le", "300.0"), ("status", "failed")))] == 0
