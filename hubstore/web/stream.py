@@ -33,6 +33,16 @@ log = logging.getLogger("hubstore.web")
 
 MIN_INTERVAL_S = 0.2
 PG_RECHECK_S = 0.5
+#: A stream with nothing to say sends a beat this often (which also keeps proxies from
+#: closing an idle stream).
+KEEPALIVE_S = 15.0
+
+
+def stall_ms() -> int:
+    """How long a page waits without hearing its stream before it says it is not live:
+    two beats missed, and some slack."""
+    return int((2 * KEEPALIVE_S + 5) * 1000)
+
 T = TypeVar("T")
 
 

@@ -224,7 +224,7 @@ def test_a_live_refresh_keeps_the_keyboard_focus(page: Any, console: str,
     settled(page)
     page.get_by_role("button", name="Requeue").focus()
     page.evaluate("""() => { document.activeElement.dataset.before = 'yes';
-        htmx.trigger(document.querySelector('.live-part'), 'sse:hub'); }""")
+        htmx.trigger(document.querySelector('.live-part'), 'hub'); }""")
     page.wait_for_function("""() => Number(document.querySelector('.live-part')
         .dataset.refreshed) >= 2""")
     focused = page.evaluate("""() => [document.activeElement.tagName,
