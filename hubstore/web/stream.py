@@ -40,8 +40,8 @@ KEEPALIVE_S = 15.0
 
 def stall_ms() -> int:
     """How long a page waits without hearing its stream before it says it is not live:
-    two beats missed, and some slack."""
-    return int((2 * KEEPALIVE_S + 5) * 1000)
+    two beats missed, and one more as slack."""
+    return int(3 * KEEPALIVE_S * 1000)
 
 T = TypeVar("T")
 
@@ -78,6 +78,11 @@ class Pulse:
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self.stopping = asyncio.Event()
+
+    @property
+    def listeners(self) -> int:
+        """How many streams listen now."""
+        return self._listeners
 
     @property
     def stopped(self) -> bool:

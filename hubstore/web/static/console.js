@@ -21,17 +21,26 @@
       (part.matches(":hover") || part.contains(document.activeElement));
   }
 
+  function hold(part) {
+    part.dataset.waiting = "1";
+    var note = part.parentNode.querySelector(".held-note");
+    if (note) { note.hidden = false; }
+  }
+
   function refresh() {
     document.querySelectorAll(".live-part").forEach(function (part) {
-      if (held(part)) {
-        part.dataset.waiting = "1";
-        var note = part.parentNode.querySelector(".held-note");
-        if (note) { note.hidden = false; }
-      } else {
-        htmx.trigger(part, "hub");
-      }
+      if (held(part)) { hold(part); } else { htmx.trigger(part, "hub"); }
     });
   }
+
+  // A refresh asked for before the pointer came is not swapped in either.
+  document.addEventListener("htmx:beforeSwap", function (e) {
+    var part = e.detail.target;
+    if (part && part.classList.contains("live-part") && held(part)) {
+      e.detail.shouldSwap = false;
+      hold(part);
+    }
+  });
 
   function release(e) {
     var part = e.currentTarget;
@@ -43,9 +52,10 @@
     }
   }
 
+  // "open" alone is not live: the server's first event comes at once on a live stream.
   function hear(message) {
     var type = message.type;
-    if (type === "open") { heard = Date.now(); show("open", "live"); }
+    if (type === "open") { heard = Date.now(); }
     else if (type === "hub") { heard = Date.now(); show("open", "live"); refresh(); }
     else if (type === "beat") { heard = Date.now(); if (state !== "open") { show("open", "live"); } }
     else if (type === "stalled") { show("stalled", "not live"); }
@@ -79,7 +89,9 @@
       own(url);
     }
     setInterval(function () {  // nothing heard, not even a beat: say so
-      if (state === "open" && Date.now() - heard > stallMs) { show("stalled", "not live"); }
+      if (state !== "stalled" && state !== "error" && Date.now() - heard > stallMs) {
+        show("stalled", "not live");
+      }
     }, 1000);
   }
 
