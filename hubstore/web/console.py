@@ -23,6 +23,7 @@ from hubstore.errors import HubStoreError
 from hubstore.web.metrics import Tally
 from hubstore.web.security import CSRF_COOKIE, CSRF_FIELD, Security
 from hubstore.web.stream import Pulse, stall_ms
+from hubstore.web.visible import visible
 
 log = logging.getLogger("hubstore.web")
 
@@ -80,6 +81,7 @@ def make_templates() -> Jinja2Templates:
     env.filters["as_json"] = as_json
     env.filters["dom_id"] = dom_id
     env.filters["duration"] = duration
+    env.filters["visible"] = visible
     return Jinja2Templates(env=env)
 
 

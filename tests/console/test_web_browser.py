@@ -144,6 +144,7 @@ def test_retry_and_cancel_from_the_page(page: Any, console: str, store: HubStore
     again = present(store.get_assign(failed.job_id))
     assert (again.status, again.attempt) == ("queued", 2)
     page.goto(f"{console}/job?id={queued.job_id}")
+    page.once("dialog", lambda dialog: dialog.accept())  # "Cancel this job?"
     page.get_by_role("button", name="Cancel").click()
     page.wait_for_selector("text=cancelled")
     assert present(store.get_assign(queued.job_id)).status == "cancelled"

@@ -178,3 +178,64 @@ def test_no_page_breaks_its_content_policy(browser: Any, store: HubStore) -> Non
             settled(page)
             page.wait_for_timeout(200)
             assert page.evaluate("window.__csp") == [], path
+
+
+def test_destructive_actions_ask_first(browser: Any, store: HubStore) -> None:  # noqa: F811
+    queued = store.create_assign("lead", "w1", task="t")
+    request = store.insert_human_request("a", "approval", "ship?")
+    with serving(create_app(store, token=TOKEN)) as url, context_of(browser) as context:
+        page = context.new_page()
+        sign_in(page, url)
+        asked: list[str] = []
+
+        def answer(accept: bool) -> Callable[[Any], None]:
+            def on(dialog: Any) -> None:
+                asked.append(dialog.message)
+                dialog.accept() if accept else dialog.dismiss()
+            return on
+
+        page.goto(f"{url}/job?id={queued.job_id}")
+        settled(page)
+        page.once("dialog", answer(False))
+        page.get_by_role("button", name="Cancel").click()
+        page.wait_for_timeout(300)
+        assert asked == ["Cancel this job?"]
+        assert store.get_assign(queued.job_id).status == "queued"  # type: ignore[union-attr]
+        page.once("dialog", answer(True))
+        page.get_by_role("button", name="Cancel").click()
+        page.wait_for_selector("text=cancelled")
+        page.goto(f"{url}/human-requests")
+        page.once("dialog", answer(False))
+        page.get_by_role("button", name="Decline").click()
+        page.wait_for_timeout(300)
+        assert len(asked) == 3 and "Decline" in asked[2]
+        assert store.get_human_request(request.request_id).state == "pending"  # type: ignore[union-attr]
+
+
+def test_table_columns_keep_their_words_whole(browser: Any,  # noqa: F811
+                                              store: HubStore) -> None:
+    for i in range(5):
+        store.create_assign("supervisor-with-a-long-name", f"worker-{i}",
+                            task="approval from lead " * 12, status="failed")
+    with serving(create_app(store, token=TOKEN)) as url, context_of(browser) as context:
+        page = context.new_page()
+        page.set_viewport_size({"width": 700, "height": 900})
+        page.goto(f"{url}/jobs")
+        settled(page)
+        cells = page.evaluate("""() => Array.from(document.querySelectorAll('th, td'))
+            .map(c => [c.tagName, c.innerText.trim(), c.clientWidth, c.scrollWidth,
+                       getComputedStyle(c).overflowWrap])""")
+        for tag, text, width, wanted, wrap in cells:
+            assert wrap != "anywhere", text
+            assert wanted <= width + 1, (tag, text, width, wanted)  # nothing cut or spilled
+            assert width >= 40, (tag, text, width)  # no column squeezed to a letter
+        # each word of a cell stays on one line: its height is whole lines of whole words
+        words = page.evaluate("""() => { const td = document.querySelector('td.task');
+            const range = document.createRange(); const text = td.firstChild;
+            const out = []; let at = 0;
+            for (const word of text.textContent.split(' ')) {
+                if (word) { range.setStart(text, at); range.setEnd(text, at + word.length);
+                            out.push([word, range.getClientRects().length]); }
+                at += word.length + 1; }
+            return out; }""")
+        assert words and all(lines == 1 for _, lines in words), words

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import html
 import re
+import time
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -161,3 +162,56 @@ def test_metrics_tell_queue_age_claim_to_finish_and_a_finished_counter(
     assert second[(bucket, (("le", "0.25"), ("status", "succeeded")))] == 1
     assert second[(bucket, (("le", "900.0"), ("status", "failed")))] == 1
     assert second[(bucket, (("le", "300.0"), ("status", "failed")))] == 0
+
+
+def test_a_request_past_its_deadline_shows_as_expired_and_cannot_be_answered(
+        operator: TestClient, store: HubStore) -> None:
+    late = store.insert_human_request("a", "approval", "ship it late?", deadline_ms=1)
+    live = store.insert_human_request("a", "approval", "ship it now?")
+    time.sleep(0.01)
+    page = operator.get("/human-requests").text
+    expired = page.split('id="expired-h"', 1)[1].split("</section>", 1)[0]
+    assert "ship it late?" in expired and "ship it now?" not in expired
+    forms = re.findall(r'name="id" value="([^"]+)"', page)
+    assert live.request_id in forms and late.request_id not in forms
+    refused = operator.post("/human-requests/answer", data={
+        "id": late.request_id, "decision": "accept", "csrf": csrf(operator)})
+    assert refused.status_code == 409 and "deadline passed" in refused.text
+    assert present(store.get_human_request(late.request_id)).state == "pending"
+
+
+def test_invisible_characters_in_a_request_show_as_code_points(operator: TestClient,
+                                                               store: HubStore) -> None:
+    store.insert_human_request("lead\u202eevil", "choice", "approve\u200b it?\u2066",
+                               requested_schema={"enum": ["yes\u200d"]})
+    page = operator.get("/human-requests").text
+    for code in ("U+202E", "U+200B", "U+2066", "U+200D"):
+        assert f"⟨{code}⟩" in page, code
+    main = page.split("<main", 1)[1]
+    assert not any(c in main for c in "\u202e\u200b\u2066") and 'value="yes\u200d"' in main
+
+
+def test_choice_labels_text_answers_and_the_answered_history(operator: TestClient,
+                                                             store: HubStore) -> None:
+    choice = store.insert_human_request("a", "choice", "which?", requested_schema={
+        "options": [{"value": "b1", "label": "The blue one"}, {"value": "r2"}]})
+    text = store.insert_human_request("a", "text", "why?")
+    secret = store.insert_human_request("a", "credential", "key?")
+    page = operator.get("/human-requests").text
+    assert 'value="b1" required> The blue one</label>' in page
+    assert 'value="r2"> r2</label>' in page
+    assert '<textarea name="value"' in page
+    assert post(operator, "/human-requests/answer", {
+        "id": choice.request_id, "decision": "accept", "choice": "b1"}) == 303
+    assert post(operator, "/human-requests/answer", {
+        "id": text.request_id, "decision": "accept", "value": "first\r\nsecond"}) == 303
+    assert post(operator, "/human-requests/answer", {
+        "id": secret.request_id, "decision": "accept", "value": "hunter2-xyz"}) == 303
+    assert present(store.get_human_request(choice.request_id)).response == {"choice": "b1"}
+    assert present(store.get_human_request(text.request_id)).response == {
+        "text": "first\nsecond"}
+    history = operator.get("/human-requests").text.split('id="history-h"', 1)[1]
+    rows = re.findall(r'data-answered="([^"]+)"', history)
+    assert rows == [secret.request_id, text.request_id, choice.request_id]  # newest first
+    assert "hunter2-xyz" not in history and "never shown" in history
+    assert '"text": "first\\nsecond"' in html.unescape(history)
