@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import func, select, union_all
+from sqlalchemy import bindparam, func, literal_column, select, union_all
 
-from hubstore.execution import execute
+from hubstore.execution import Prepared, execute
 from hubstore.models import ASSIGN_STATUSES, AssignJob, table_of
 from hubstore.services.base import const
 from hubstore.transaction import Transaction
@@ -20,21 +20,29 @@ PRIORITIES = range(1, 10)
 FINAL = tuple(s for s in ASSIGN_STATUSES if s not in ("queued", "running"))
 
 
+def _oldest_of_a_worker() -> Prepared:
+    queued = _jobs.c.status == const("queued")
+    firsts = [select(_jobs.c.created_at_ms.label("at"))
+              .where(_jobs.c.worker_agent == bindparam("p_worker"), queued,
+                     _jobs.c.priority == literal_column(str(p)))
+              .order_by(_jobs.c.created_at_ms).limit(1).subquery().select()
+              for p in PRIORITIES]
+    merged = union_all(*firsts).subquery()
+    return Prepared(select(func.min(merged.c.at).label("at")))
+
+
+OLDEST_QUEUED = _oldest_of_a_worker()
+
+
 def oldest_queued(uow: Transaction, workers: Sequence[str]) -> dict[str, int]:
     """The ``created_at_ms`` of each worker's oldest queued job (workers with none are
     left out): per worker, the first entry of each priority's range of the partial index
     ix_assign_jobs_claim (queued jobs only), nine index probes, whatever the queue."""
     found: dict[str, int] = {}
-    queued = _jobs.c.status == const("queued")
     for worker in workers:
-        firsts = [select(_jobs.c.created_at_ms.label("at"))
-                  .where(_jobs.c.worker_agent == worker, queued, _jobs.c.priority == p)
-                  .order_by(_jobs.c.created_at_ms).limit(1).subquery().select()
-                  for p in PRIORITIES]
-        merged = union_all(*firsts).subquery()
-        at = execute(uow, select(func.min(merged.c.at))).scalar_one()
-        if at is not None:
-            found[worker] = int(at)
+        row = OLDEST_QUEUED.first(uow, {"p_worker": worker})
+        if row is not None and row["at"] is not None:
+            found[worker] = int(row["at"])
     return found
 
 
