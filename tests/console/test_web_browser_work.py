@@ -239,3 +239,19 @@ def test_table_columns_keep_their_words_whole(browser: Any,  # noqa: F811
                 at += word.length + 1; }
             return out; }""")
         assert words and all(lines == 1 for _, lines in words), words
+
+
+def test_saving_a_reflexion_entry_unchanged_in_the_browser_changes_nothing(
+        browser: Any, store: HubStore) -> None:  # noqa: F811
+    pattern = "\nTraceback (most recent call last):\n  File <x>\nKeyError: 'a'"
+    entry = store.add_reflexion(pattern, "KeyError: 'a'\r\nat line 3", "\nuse .get()\n",
+                                solution_code="d.get('a')\r\n")
+    before = store.get_reflexion(entry.id).to_dict()  # type: ignore[union-attr]
+    with serving(create_app(store, token=TOKEN)) as url, context_of(browser) as context:
+        page = context.new_page()
+        sign_in(page, url)
+        page.goto(f"{url}/reflexion/entry?id={entry.id}")
+        page.get_by_role("button", name="Save").click()
+        page.wait_for_selector("text=saved")
+    assert store.get_reflexion(entry.id).to_dict() == before  # type: ignore[union-attr]
+    assert [e.id for e in store.find_reflexion_exact(pattern)] == [entry.id]
