@@ -39,7 +39,7 @@ def test_hubstore_web_stops_while_streams_are_open(db_url: URL, sig: int) -> Non
         assert _get(f"{base}/").status_code == 200
         readers = []
         for path in ("/events", "/events", "/events/messages?agent=w1"):
-            opened, lines = threading.Event(), []
+            opened, lines = threading.Event(), list[str]()
             reader = threading.Thread(target=_hold, args=(base + path, opened, lines),
                                       daemon=True)
             reader.start()
