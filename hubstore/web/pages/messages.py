@@ -11,7 +11,7 @@ from hubstore.errors import HubStoreError
 from hubstore.web.console import console_of, failed, render
 
 #: Messages a page of a trace shows.
-SHOWN = 500
+SHOWN = 100
 
 
 async def messages(request: Request) -> Response:
