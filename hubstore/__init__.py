@@ -34,7 +34,14 @@ from hubstore.errors import (
 
 if TYPE_CHECKING:
     from hubstore.ids import uuidv7
-    from hubstore.results import AssignOutcome, AssignPage, Lease, LookupResult, ReflexionPage
+    from hubstore.results import (
+        AssignOutcome,
+        AssignPage,
+        Lease,
+        LookupResult,
+        MessagePage,
+        ReflexionPage,
+    )
     from hubstore.services.waiting import MessageFeed
     from hubstore.store import HubStore
     from hubstore.types import AssignEvent
@@ -55,6 +62,7 @@ _LAZY = {
     "Lease": "hubstore.results",
     "LookupResult": "hubstore.results",
     "MessageFeed": "hubstore.services.waiting",
+    "MessagePage": "hubstore.results",
     "ReflexionPage": "hubstore.results",
     "UnitOfWork": "hubstore.uow",
     "uuidv7": "hubstore.ids",
@@ -101,6 +109,7 @@ __all__ = [
     "Lease",
     "LookupResult",
     "MessageFeed",
+    "MessagePage",
     "ReadOnlyUnitOfWork",
     "ReflexionPage",
     "RetryExhausted",

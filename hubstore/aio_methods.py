@@ -22,7 +22,7 @@ from hubstore.models import (
     PipelineState,
     ReflexionEntry,
 )
-from hubstore.results import AssignOutcome, AssignPage, Lease, ReflexionPage
+from hubstore.results import AssignOutcome, AssignPage, Lease, MessagePage, ReflexionPage
 from hubstore.services.messages import DEFAULT_POLL
 from hubstore.services.reflexion import THIRTY_DAYS_MS
 from hubstore.services.retention import Progress
@@ -210,6 +210,17 @@ class AsyncOperations:
         first.
         """
         return await self._call(self._sync_ops().get_messages_by_trace, trace_id)
+
+    async def page_messages_by_trace(
+        self, trace_id: str, after: str | None = None, limit: int = 100
+    ) -> MessagePage:
+        """Await :meth:`HubStore.page_messages_by_trace`: A page of a trace's messages,
+        oldest first (``get_messages_by_trace``' order): ``limit`` messages
+        (1..MAX_TRACE_PAGE) after the cursor ``after`` (None: from the first), and the
+        cursor of the next page (None after the last). One bounded read, however long the
+        trace.
+        """
+        return await self._call(self._sync_ops().page_messages_by_trace, trace_id, after, limit)
 
     async def update_message_status(self, id: str, status: MessageStatus) -> bool:
         """Await :meth:`HubStore.update_message_status`: Set a message's status; True when

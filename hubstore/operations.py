@@ -86,6 +86,7 @@ class HubOperations:
     get_message = messages.get_message
     get_response_by_correlation = messages.get_response_by_correlation
     get_messages_by_trace = messages.get_messages_by_trace
+    page_messages_by_trace = messages.page_messages_by_trace
     update_message_status = messages.update_message_status
     poll_for_agent = messages.poll_for_agent
     get_audit_messages_for_agent = messages.get_audit_messages_for_agent

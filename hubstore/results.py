@@ -47,6 +47,15 @@ class AssignPage:
 
 
 @dataclass(frozen=True, slots=True)
+class MessagePage:
+    """One page of a trace's messages (``page_messages_by_trace``): the messages, oldest
+    first, and the cursor of the page after it (None when this one is the last)."""
+
+    messages: list[Message]
+    next: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class ReflexionPage:
     """One page of reflexion entries (``page_reflexion``): the entries, in
     ``list_reflexion``'s order, and the cursor of the page after it (None when this one

@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 import click
 from sqlalchemy.engine import URL
@@ -22,12 +24,35 @@ from hubstore import health
 from hubstore.cli.common import UsageFailure, command_options, main, reported, show_warnings
 from hubstore.store import HubStore
 
+if TYPE_CHECKING:
+    from hubstore.web.stream import Pulse
+
 TOKEN_VARIABLE = "HUBSTORE_WEB_TOKEN"
 DEFAULT_PORT = 8420
 #: Addresses that keep the console on this machine.
 LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 #: Addresses that listen on every interface (the machine's names are then allowed too).
 EVERY_INTERFACE = frozenset({"0.0.0.0", "::", ""})
+#: How long a stop waits for requests still running (streams end at once).
+STOP_S = 3
+
+
+def _server_class() -> type[Any]:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn's server, whose Ctrl-C and SIGTERM also end the console's streams
+        (uvicorn waits for open responses, and a stream never ends by itself)."""
+
+        def __init__(self, config: uvicorn.Config, pulse: Pulse) -> None:
+            super().__init__(config)
+            self.pulse = pulse
+
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            self.pulse.stop_threadsafe()
+            super().handle_exit(sig, frame)
+
+    return Server
 
 
 def _token(token_file: Path | None) -> str | None:
@@ -109,9 +134,11 @@ def web(host: str, port: int, token_file: Path | None, read_only: bool,
         mode = ("read-only, open to all" if token is None else "read-only, signed in"
                 if read_only else "operators sign in with the token")
         click.echo(f"hubstore console on {where} ({mode}); Ctrl-C stops it", err=True)
-        uvicorn.run(app, host=host, port=port, log_level="warning", server_header=False,
-                    proxy_headers=True, forwarded_allow_ips=forwarded_allow_ips,
-                    root_path=root_path)
+        config = uvicorn.Config(app, host=host, port=port, log_level="warning",
+                                server_header=False, timeout_graceful_shutdown=STOP_S,
+                                proxy_headers=True, forwarded_allow_ips=forwarded_allow_ips,
+                                root_path=root_path)
+        _server_class()(config, app.state.console.pulse).run()
     finally:
         store.close()
 

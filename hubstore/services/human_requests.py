@@ -11,7 +11,7 @@ from hubstore.execution import add, execute, from_row, get, load
 from hubstore.ids import now_ms, uuidv7
 from hubstore.models import HUMAN_DEFAULT_ACTIONS, HUMAN_KINDS, HUMAN_STATES, HumanRequest, table_of
 from hubstore.services.base import const, insert_once, resolve_now, update_row
-from hubstore.transaction import Scope
+from hubstore.transaction import Scope, Transaction
 from hubstore.types import HumanDefaultAction, HumanKind, HumanState
 from hubstore.validation import (
     json_value,
@@ -118,6 +118,15 @@ def get_pending_human_requests(scope: Scope) -> list[HumanRequest]:
         return load(uow, HumanRequest,
                     select(HumanRequest).where(HumanRequest.state == "pending")
             .order_by(*uow.sql.natural_order(_requests)))
+
+
+def recent_answered(uow: Transaction, limit: int) -> list[HumanRequest]:
+    """The ``limit`` newest requests that are not pending any more (answered, declined,
+    cancelled, timed out), the newest first by id (hubstore's ids are UUIDv7, in time
+    order): the primary key walked backwards, past the few pending ones only."""
+    return load(uow, HumanRequest, select(HumanRequest)
+                .where(HumanRequest.state != const("pending"))
+                .order_by(HumanRequest.request_id.desc()).limit(limit))
 
 
 def expire_human_requests(scope: Scope, now_ms: int | None = None) -> int:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Iterable
 from typing import Any
 
-from sqlalchemy import Select, bindparam, insert, select, text, union_all
+from sqlalchemy import Select, and_, bindparam, insert, or_, select, text, union_all
 
 from hubstore.dialects import SqlDialect
+from hubstore.errors import ValidationError, describe
 from hubstore.execution import Prepared, from_row, get, load
 from hubstore.ids import now_ms, uuidv7
 from hubstore.jsontype import MAX_JSON_DEPTH, dumps
@@ -20,6 +22,7 @@ from hubstore.models import (
     Message,
     table_of,
 )
+from hubstore.results import MessagePage
 from hubstore.services.agents import get_agents_by_topic
 from hubstore.services.base import insert_once, update_row
 from hubstore.transaction import Scope, Transaction
@@ -34,11 +37,15 @@ from hubstore.validation import (
     require_id,
     require_int,
     require_key,
+    require_time,
     string_list,
 )
 
 MAX_POLL = 100
 DEFAULT_POLL = 20
+#: The most messages a page of a trace holds.
+MAX_TRACE_PAGE = 1_000
+_TRACE_CURSOR = re.compile(r"(-?[0-9]{1,19}):(.+)", re.DOTALL)
 
 _messages = table_of(Message)
 INSERT = Prepared(insert(_messages).values({c.name: bindparam(c.name) for c in _messages.c}))
@@ -231,6 +238,37 @@ def get_messages_by_trace(scope: Scope, trace_id: str) -> list[Message]:
         return load(uow, Message,
                     select(Message).where(Message.trace_id == trace_id)
             .order_by(Message.created_at_ms, Message.id))
+
+
+def trace_cursor(message: Message) -> str:
+    """The cursor of the page of a trace that starts after ``message``."""
+    return f"{message.created_at_ms}:{message.id}"
+
+
+def page_messages_by_trace(scope: Scope, trace_id: str, after: str | None = None,
+                           limit: int = 100) -> MessagePage:
+    """A page of a trace's messages, oldest first (``get_messages_by_trace``' order):
+    ``limit`` messages (1..MAX_TRACE_PAGE) after the cursor ``after`` (None: from the
+    first), and the cursor of the next page (None after the last). One bounded read,
+    however long the trace."""
+    lookup_key(trace_id, "trace_id")
+    size = require_int(limit, "limit", minimum=1, maximum=MAX_TRACE_PAGE)
+    conditions = [_messages.c.trace_id == trace_id]
+    if after is not None:
+        match = _TRACE_CURSOR.fullmatch(after) if isinstance(after, str) else None
+        if match is None:
+            raise ValidationError("after must be a cursor that page_messages_by_trace "
+                                  f"returned, not {describe(after)}")
+        at = require_time(int(match.group(1)), "after's time")
+        conditions += [_messages.c.created_at_ms >= at,
+                       or_(_messages.c.created_at_ms > at,
+                           and_(_messages.c.created_at_ms == at,
+                                _messages.c.id > match.group(2)))]
+    with scope.one_read() as uow:
+        found = load(uow, Message, select(Message).where(*conditions)
+                     .order_by(Message.created_at_ms, Message.id).limit(size + 1))
+    page = found[:size]
+    return MessagePage(page, trace_cursor(page[-1]) if len(found) > size else None)
 
 
 def update_message_status(scope: Scope, id: str, status: MessageStatus) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -20,8 +21,10 @@ from hubstore.aio import AsyncHubStore
 from hubstore.assign_rules import duration_text
 from hubstore.errors import HubStoreError
 from hubstore.models import HUMAN_STATES
+from hubstore.web.metrics import Tally
 from hubstore.web.security import CSRF_COOKIE, CSRF_FIELD, Security
-from hubstore.web.stream import Pulse
+from hubstore.web.stream import Pulse, stall_ms
+from hubstore.web.visible import visible
 
 log = logging.getLogger("hubstore.web")
 
@@ -30,12 +33,14 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 @dataclass
 class Console:
-    """One console app's state: the store, who may act, the templates, the pulse."""
+    """One console app's state: the store, who may act, the templates, the pulse, the
+    tally of finished jobs /metrics counts."""
 
     store: AsyncHubStore
     security: Security
     templates: Jinja2Templates
     pulse: Pulse
+    tally: Tally = dataclasses.field(default_factory=Tally)
 
 
 def console_of(request: Request) -> Console:
@@ -77,6 +82,7 @@ def make_templates() -> Jinja2Templates:
     env.filters["as_json"] = as_json
     env.filters["dom_id"] = dom_id
     env.filters["duration"] = duration
+    env.filters["visible"] = visible
     return Jinja2Templates(env=env)
 
 
@@ -95,6 +101,7 @@ async def render(request: Request, template: str, context: dict[str, Any],
         "csrf_field": CSRF_FIELD,
         "csrf": await security.csrf_token(nonce),
         "notice": NOTICES.get(request.query_params.get("notice", ""), ""),
+        "stall_ms": stall_ms(),
         **context,
     }
     response = console.templates.TemplateResponse(request, template, page,

@@ -10,6 +10,10 @@ version and their pages fetch the parts that show it. Wake-ups are taken at most
 pages are open. On PostgreSQL the triggers notify queued jobs and new messages only, so
 the pulse also reads the snapshot every :data:`PG_RECHECK_S` (a job finishing, a human
 request answered elsewhere); on SQLite every commit wakes it.
+
+:meth:`Pulse.stop` ends every stream (``hubstore web`` calls it on Ctrl-C or SIGTERM):
+a server waits for its open responses before it exits, and a stream never ends by
+itself.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
+from typing import Any, TypeVar
 
 from hubstore import signals
 from hubstore.aio import AsyncHubStore
@@ -28,6 +33,17 @@ log = logging.getLogger("hubstore.web")
 
 MIN_INTERVAL_S = 0.2
 PG_RECHECK_S = 0.5
+#: A stream with nothing to say sends a beat this often (which also keeps proxies from
+#: closing an idle stream).
+KEEPALIVE_S = 15.0
+
+
+def stall_ms() -> int:
+    """How long a page waits without hearing its stream before it says it is not live:
+    two beats missed, and one more as slack."""
+    return int(3 * KEEPALIVE_S * 1000)
+
+T = TypeVar("T")
 
 
 class Listener:
@@ -60,11 +76,54 @@ class Pulse:
         self.latest: Snapshot | None = None
         self._listeners = 0
         self._task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.stopping = asyncio.Event()
+
+    @property
+    def listeners(self) -> int:
+        """How many streams listen now."""
+        return self._listeners
+
+    @property
+    def stopped(self) -> bool:
+        return self.stopping.is_set()
+
+    def stop(self) -> None:
+        """End every stream (on the event loop's thread)."""
+        self.stopping.set()
+        self._publish()
+
+    def stop_threadsafe(self) -> None:
+        """:meth:`stop` from any thread, or a signal handler (before any stream: at
+        once)."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            self.stopping.set()
+        else:
+            loop.call_soon_threadsafe(self.stop)
+
+    async def unless_stopped(self, work: Coroutine[Any, Any, T]) -> T | None:
+        """``work``'s result, or None (``work`` cancelled) once the pulse is stopped."""
+        if self.stopped:
+            work.close()
+            return None
+        task = asyncio.ensure_future(work)
+        stop = asyncio.ensure_future(self.stopping.wait())
+        try:
+            await asyncio.wait((task, stop), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        return None if task.cancelled() else task.result()
 
     @contextlib.asynccontextmanager
     async def listen(self) -> AsyncIterator[Listener]:
         """A :class:`Listener` while the block runs (the first one starts the pulse)."""
         self._listeners += 1
+        self._loop = asyncio.get_running_loop()
         if self._task is None or self._task.done():
             self._task = asyncio.get_running_loop().create_task(self._run())
         try:

@@ -8,7 +8,6 @@ import html
 import logging
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -38,18 +37,6 @@ from tests.helpers import present, query_plan
 PAGES = ["/", "/jobs", "/dead-letters", "/human-requests", "/reflexion", "/messages",
          "/login", "/live/overview", "/live/jobs", "/live/dead-letters",
          "/live/human-requests"]
-
-
-@pytest.fixture
-def client(store: HubStore) -> Iterator[TestClient]:
-    with TestClient(create_app(store, token=TOKEN), base_url="http://127.0.0.1") as c:
-        yield c
-
-
-@pytest.fixture
-def operator(client: TestClient) -> TestClient:
-    sign_in(client)
-    return client
 
 
 def _job(store: HubStore, status: str = "queued", **values: object) -> str:
@@ -371,7 +358,7 @@ def test_metrics_are_the_hubs_figures(operator: TestClient, store: HubStore) -> 
     assert samples[("hubstore_assign_jobs", (("status", "queued"),))] == 2
     assert samples[("hubstore_assign_jobs", (("status", "running"),))] == 1
     assert samples[("hubstore_assign_jobs", (("status", "failed"),))] == 1
-    assert samples[("hubstore_assign_jobs_finished_last_minute", ())] == 1
+    assert samples[("hubstore_assign_jobs_finished_total", (("status", "failed"),))] == 1
     assert samples[("hubstore_agents", (("status", "online"),))] == 1
     assert samples[("hubstore_dead_letters", ())] == 1
     assert samples[("hubstore_human_requests_pending", ())] == 1

@@ -145,6 +145,7 @@ def test_retry_and_cancel_from_the_page(page: Any, console: str, store: HubStore
     again = present(store.get_assign(failed.job_id))
     assert (again.status, again.attempt) == ("queued", 2)
     page.goto(f"{console}/job?id={queued.job_id}")
+    page.once("dialog", lambda dialog: dialog.accept())  # "Cancel this job?"
     page.get_by_role("button", name="Cancel").click()
     page.wait_for_selector("text=cancelled")
     assert present(store.get_assign(queued.job_id)).status == "cancelled"
@@ -226,7 +227,7 @@ def test_a_live_refresh_keeps_the_keyboard_focus(page: Any, console: str,
     settled(page)
     page.get_by_role("button", name="Requeue").focus()
     page.evaluate("""() => { document.activeElement.dataset.before = 'yes';
-        htmx.trigger(document.querySelector('.live-part'), 'sse:hub'); }""")
+        htmx.trigger(document.querySelector('.live-part'), 'hub'); }""")
     page.wait_for_function("""() => Number(document.querySelector('.live-part')
         .dataset.refreshed) >= 2""")
     focused = page.evaluate("""() => [document.activeElement.tagName,

@@ -259,6 +259,7 @@ OVERRIDES: dict[tuple[str, str], str] = {
     ("page_reflexion", "type"): "reflexion_type",
     ("page_assigns", "after"): "page_cursor",
     ("page_reflexion", "after"): "reflexion_cursor",
+    ("page_messages_by_trace", "after"): "page_cursor",
     ("touch_assign", "extend_ms"): "extend",
     ("set_assign_limit", "per_ms"): "opt_count1",
     ("set_assign_schedule", "every_ms"): "every",

@@ -1,4 +1,6 @@
-"""Human requests: the pending ones, the nearest deadline first, each answered by its kind.
+"""Human requests: the pending ones, the nearest deadline first, each answered by its kind;
+those past their deadline (expired: shown, never answerable, refused server-side too);
+and the newest answered ones (the history).
 
 The list is not replaced while a person may be typing an answer: the live part says how
 many are pending and, when the set changed, links to the new list.
@@ -7,7 +9,10 @@ Answers (the request's ``response``): approval ``{"approved": true|false}``; cho
 ``{"choice": <one of the schema's options>}``; text and captcha ``{"text": ...}``;
 credential ``{"credential": ...}``. Any kind may be declined (state ``declined``, no
 response). A credential is typed into a masked field, and is never rendered back, logged
-or put in a URL: after the answer the page shows only that it was answered.
+or put in a URL: after the answer the page shows only that it was answered. A text answer
+is typed in a multi-line field. Requester, prompt and options show their invisible
+characters (bidi controls, zero-width ones) as ``⟨U+202E⟩``. A choice shows its options'
+labels and sends their values.
 
 A request is answered once (``answer_human_request``, a guarded UPDATE): when two
 operators answer at once, the second is told that someone else answered first, and
@@ -26,6 +31,8 @@ from starlette.routing import Route
 from hubstore.errors import HubStoreError
 from hubstore.ids import now_ms
 from hubstore.models import HumanRequest
+from hubstore.services.human_requests import recent_answered
+from hubstore.store import HubStore
 from hubstore.types import HumanState
 from hubstore.web.console import (
     back,
@@ -35,35 +42,64 @@ from hubstore.web.console import (
     failed,
     field,
     render,
+    when,
 )
 
 log = logging.getLogger("hubstore.web")
 #: The schema keys that may hold a choice's options, in the order they are looked at.
 OPTION_KEYS = ("options", "choices", "enum")
+#: Answered requests the history shows.
+HISTORY = 50
 
 
-def options(request: HumanRequest) -> list[str]:
-    """A choice request's options, as text (from its schema)."""
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else str(value)
+
+
+def labelled_options(request: HumanRequest) -> list[tuple[str, str]]:
+    """A choice request's options as (value, label), as text (from its schema: an item
+    ``{"value": ..., "label": ...}`` is shown by its label and answered with its value;
+    a plain item is both)."""
     schema = request.schema
     found: Any = None
     if isinstance(schema, dict):
         found = next((schema[k] for k in OPTION_KEYS if isinstance(schema.get(k), list)), None)
     elif isinstance(schema, list):
         found = schema
-    result: list[str] = []
+    result: list[tuple[str, str]] = []
     for item in found or []:
-        value = item.get("value", item.get("label")) if isinstance(item, dict) else item
+        if isinstance(item, dict):
+            value = item.get("value", item.get("label"))
+            label = item.get("label", value)
+        else:
+            value = label = item
         if value is not None:
-            result.append(value if isinstance(value, str) else str(value))
+            result.append((_text(value), _text(label)))
     return result
 
 
+def options(request: HumanRequest) -> list[str]:
+    """A choice request's options' values, as text."""
+    return [value for value, _ in labelled_options(request)]
+
+
+def _history(store: HubStore) -> list[HumanRequest]:
+    with store.transaction(write=False) as uow:
+        return recent_answered(uow, HISTORY)
+
+
 async def _context(request: Request) -> dict[str, Any]:
-    pending = await console_of(request).store.get_pending_human_requests()
-    pending.sort(key=lambda r: (r.deadline_ms, r.request_id))
+    store = console_of(request).store
+    now = now_ms()
+    every = await store.get_pending_human_requests()
+    every.sort(key=lambda r: (r.deadline_ms, r.request_id))
+    pending = [r for r in every if r.deadline_ms > now]
+    expired = [r for r in every if r.deadline_ms <= now]
     digest = dom_id("\n".join(r.request_id for r in pending))
-    return {"pending": pending, "options": {r.request_id: options(r) for r in pending},
-            "now": now_ms(), "digest": digest,
+    return {"pending": pending, "expired": expired,
+            "options": {r.request_id: labelled_options(r) for r in pending},
+            "history": await store.run_sync(_history),
+            "now": now, "digest": digest,
             "changed": request.query_params.get("shown", digest) != digest}
 
 
@@ -94,6 +130,8 @@ def _answer(human: HumanRequest, decision: str, form: Any) -> tuple[HumanState, 
             raise _Refused("choose one of the request's options")
         return "accepted", {"choice": choice}
     value = field(form, "value")
+    if kind == "text":  # a multi-line field: the browser sends its line ends as CRLF
+        value = value.replace("\r\n", "\n")
     if not value:
         raise _Refused("the answer is empty")
     key = "credential" if kind == "credential" else "text"
@@ -110,6 +148,12 @@ async def answer(request: Request) -> Response:
     if human is None:
         return await render(request, "missing.html", {"what": "human request"},
                             status_code=404)
+    if human.state == "pending" and human.deadline_ms <= now_ms():
+        log.info("console: answer to %s refused: its deadline passed", request_id)
+        return await render(request, "failed.html", {
+            "error": f"the request's deadline passed at {when(human.deadline_ms)} UTC: it "
+                     f"expired (then: {human.default_action}) and cannot be answered",
+            "code": "EXPIRED"}, status_code=409)
     try:
         state, response = _answer(human, field(form, "decision"), form)
         answered = await store.answer_human_request(request_id, state, response)

@@ -22,6 +22,9 @@ log = logging.getLogger("hubstore.web")
 REQUESTED_BY = "console"
 #: Jobs a page shows.
 PAGE = 50
+#: Messages of the job's trace a job page shows (page_messages_by_trace: one bounded
+#: read, however long the trace).
+TRACE_PAGE = 100
 
 
 def _filters(request: Request) -> JobFilters:
@@ -87,30 +90,41 @@ async def _job_context(request: Request) -> dict[str, Any] | None:
     job = await store.get_assign(job_id) if job_id else None
     if job is None:
         return None
-    messages = await store.get_messages_by_trace(job.trace_id)
+    cursor = request.query_params.get("after") or None
+    trace = await store.page_messages_by_trace(job.trace_id, after=cursor, limit=TRACE_PAGE)
+    here = request.url_for("job").include_query_params(id=job.job_id)
     limits = await store.get_assign_limits()
     now = now_ms()
     held = limits.get(job.limit_key) if job.limit_key is not None else None
     retryable = job.status in ("failed", "timed_out")
-    return {"job": job, "messages": messages, "waiting": _why(job, limits, now), "now": now,
+    return {"job": job, "messages": trace.messages, "waiting": _why(job, limits, now), "now": now,
             "limit": held.to_dict() if held is not None else None,
             "can_retry": retryable and job.retry_count < job.max_retries,
             "can_force": retryable and job.retry_count >= job.max_retries,
-            "can_cancel": job.status in ("queued", "running")}
+            "can_cancel": job.status in ("queued", "running"),
+            "trace_next_url": None if trace.next is None else here.include_query_params(
+                after=trace.next),
+            "trace_first_url": None if cursor is None else here,
+            "live_url": request.url_for("job_live").include_query_params(
+                **request.query_params)}
+
+
+async def _job_page(request: Request, template: str) -> Response:
+    try:
+        context = await _job_context(request)
+    except ValidationError as exc:  # a cursor no page gave
+        return await failed(request, exc)
+    if context is None:
+        return await render(request, "missing.html", {"what": "job"}, status_code=404)
+    return await render(request, template, context)
 
 
 async def job(request: Request) -> Response:
-    context = await _job_context(request)
-    if context is None:
-        return await render(request, "missing.html", {"what": "job"}, status_code=404)
-    return await render(request, "job.html", context)
+    return await _job_page(request, "job.html")
 
 
 async def job_live(request: Request) -> Response:
-    context = await _job_context(request)
-    if context is None:
-        return await render(request, "missing.html", {"what": "job"}, status_code=404)
-    return await render(request, "job_live.html", context)
+    return await _job_page(request, "job_live.html")
 
 
 async def retry(request: Request) -> Response:

@@ -10,12 +10,11 @@ from starlette.routing import Route
 
 from hubstore.errors import HubStoreError
 from hubstore.validation import require_id
+from hubstore.web import stream as streams
 from hubstore.web.console import console_of, failed
-from hubstore.web.metrics import CONTENT_TYPE_LATEST, exposition
+from hubstore.web.metrics import CONTENT_TYPE_LATEST, exposition, queue_ages
 from hubstore.web.queries import with_worker_depths
 
-#: A comment line this often keeps proxies from closing an idle stream.
-KEEPALIVE_S = 15.0
 _HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 
 
@@ -27,7 +26,9 @@ def sse(event: str, data: str) -> str:
 
 async def events(request: Request) -> Response:
     """``hub`` events: each a new version of what the pages show (one at the start, so a
-    page catches up with what changed while it connected)."""
+    page catches up with what changed while it connected), and a ``beat`` event after
+    :data:`~hubstore.web.stream.KEEPALIVE_S` without one (a page that hears neither for
+    longer says it is not live). The stream ends when the pulse stops (the server is stopping)."""
     pulse = console_of(request).pulse
 
     async def stream() -> AsyncIterator[str]:
@@ -35,8 +36,10 @@ async def events(request: Request) -> Response:
         async with pulse.listen() as listener:
             yield sse("hub", str(listener.seen))
             while True:
-                version = await listener.next(KEEPALIVE_S)
-                yield ": idle\n\n" if version is None else sse("hub", str(version))
+                version = await pulse.unless_stopped(listener.next(streams.KEEPALIVE_S))
+                if pulse.stopped:
+                    return
+                yield sse("beat", "") if version is None else sse("hub", str(version))
 
     return StreamingResponse(stream(), media_type="text/event-stream", headers=_HEADERS)
 
@@ -52,10 +55,15 @@ async def message_events(request: Request) -> Response:
         return await failed(request, exc)
     row = console.templates.get_template("message_rows.html")
 
+    pulse = console.pulse
+
     async def stream() -> AsyncIterator[str]:
         yield "retry: 1000\n\n"
         while True:
-            messages = await feed.next(timeout_s=KEEPALIVE_S, max_messages=50)
+            messages = await pulse.unless_stopped(
+                feed.next(timeout_s=streams.KEEPALIVE_S, max_messages=50))
+            if messages is None:  # the server is stopping
+                return
             if messages:
                 yield sse("message", row.render(messages=list(reversed(messages)),
                                                   request=request))
@@ -66,8 +74,13 @@ async def message_events(request: Request) -> Response:
 
 
 async def metrics(request: Request) -> Response:
-    snap, workers = await console_of(request).store.run_sync(with_worker_depths)
-    return Response(exposition(snap, workers), media_type=CONTENT_TYPE_LATEST,
+    console = console_of(request)
+    store = console.store
+    snap, workers = await store.run_sync(with_worker_depths)
+    oldest = await store.run_sync(lambda s: queue_ages(s, workers))
+    await store.run_sync(console.tally.read)
+    return Response(exposition(snap, workers, oldest, console.tally),
+                    media_type=CONTENT_TYPE_LATEST,
                     headers={"Cache-Control": "no-store"})
 
 

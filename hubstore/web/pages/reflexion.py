@@ -76,14 +76,32 @@ async def entry(request: Request) -> Response:
     return await render(request, "reflexion_entry.html", {"entry": found})
 
 
+def _text(value: str) -> str:
+    """A textarea's value as typed: browsers send its line ends as CRLF."""
+    return value.replace("\r\n", "\n")
+
+
 def _patch(form: Any) -> dict[str, Any]:
-    patch: dict[str, Any] = {name: field(form, name) for name in TEXT_FIELDS}
-    code = field(form, "solution_code")
+    patch: dict[str, Any] = {name: _text(field(form, name)) for name in TEXT_FIELDS}
+    code = _text(field(form, "solution_code"))
     patch["solution_code"] = code or None
     confidence = _float(field(form, "confidence"), "confidence")
     if confidence is not None:
         patch["confidence"] = confidence
     return patch
+
+
+def changes(entry: ReflexionEntry, patch: dict[str, Any]) -> dict[str, Any]:
+    """The fields of ``patch`` that differ from ``entry``'s: a text that differs only by
+    its line ends (stored with CRLF, sent back with CRLF or LF) is the same."""
+    changed = {}
+    for name, value in patch.items():
+        now = getattr(entry, name)
+        same = (_text(now) == value) if isinstance(now, str) and isinstance(value, str) \
+            else now == value
+        if not same:
+            changed[name] = value
+    return changed
 
 
 async def edit(request: Request) -> Response:
@@ -105,7 +123,13 @@ async def edit(request: Request) -> Response:
 
 
 def _patched(store: HubStore, entry_id: str, patch: dict[str, Any]) -> bool:
-    return store.patch_reflexion(entry_id, **patch) is not None
+    """Patch what the form changed (nothing, updated_at_ms kept, for an unchanged save);
+    False when the entry is gone."""
+    entry = store.get_reflexion(entry_id)
+    if entry is None:
+        return False
+    changed = changes(entry, patch)
+    return not changed or store.patch_reflexion(entry_id, **changed) is not None
 
 
 async def delete(request: Request) -> Response:
