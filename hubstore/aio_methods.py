@@ -255,7 +255,7 @@ class AsyncOperations:
 
     async def ack_messages(self, *args: Any, **kwargs: Any) -> int:
         """Await :meth:`HubStore.ack_messages`: Kept for compatibility with the reference:
-        acknowledges nothing, returns 0.
+        acknowledges nothing, returns 0 (StoreClosed on a closed store, as every call).
         """
         return await self._call(self._sync_ops().ack_messages, *args, **kwargs)
 
