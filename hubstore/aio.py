@@ -449,7 +449,8 @@ class AsyncHubStore(AsyncOperations):
     # -- closing ---------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Stop the watcher, close every connection and the lanes."""
+        """Stop the watcher, close every connection and the lanes; from then on every
+        call raises StoreClosed."""
         lanes = self._lanes.shutdown()
         await asyncio.to_thread(self._close_sync, lanes)
 
