@@ -165,8 +165,9 @@ def test_store_methods_show_their_signature_without_the_scope() -> None:
     assert str(inspect.signature(HubStore.set_assign_limit)) == (
         "(self, key: 'str', max_running: 'int | None' = None, max_starts: 'int | None' = "
         "None, per_ms: 'int | None' = None) -> 'AssignLimit'")
-    assert "scope" not in pydoc.render_doc(HubStore.set_assign_limit,
-                                           renderer=pydoc.plaintext)
+    shown = re.sub(".\b", "", pydoc.render_doc(HubStore.set_assign_limit,
+                                                renderer=pydoc.TextDoc()))
+    assert "set_assign_limit(self, key: 'str'," in shown and "scope" not in shown
     assert HubStore.set_assign_limit.__code__ is limits.set_assign_limit.__code__
     assert next(iter(inspect.signature(limits.set_assign_limit).parameters)) == "scope"
     for name, function in store_methods().items():
