@@ -49,6 +49,7 @@ from hubstore import signals
 from hubstore.aio_methods import AsyncOperations
 from hubstore.database import AssignListener
 from hubstore.engine import BUSY_TIMEOUT_MS
+from hubstore.errors import StoreClosed
 from hubstore.models import AssignJob, Message
 from hubstore.services.assign_hub import MAX_BATCH
 from hubstore.services.assigns import put_back_claim
@@ -156,7 +157,7 @@ class _Lanes:
 
     async def acquire(self) -> _Lane:
         if self._closed:
-            raise RuntimeError("this store is closed")
+            raise StoreClosed()
         if self._idle:
             return self._idle.pop()
         if len(self._all) < self.size:
@@ -448,7 +449,8 @@ class AsyncHubStore(AsyncOperations):
     # -- closing ---------------------------------------------------------------------
 
     async def close(self) -> None:
-        """Stop the watcher, close every connection and the lanes."""
+        """Stop the watcher, close every connection and the lanes; from then on every
+        call raises StoreClosed."""
         lanes = self._lanes.shutdown()
         await asyncio.to_thread(self._close_sync, lanes)
 

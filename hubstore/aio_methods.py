@@ -266,7 +266,7 @@ class AsyncOperations:
 
     async def ack_messages(self, *args: Any, **kwargs: Any) -> int:
         """Await :meth:`HubStore.ack_messages`: Kept for compatibility with the reference:
-        acknowledges nothing, returns 0.
+        acknowledges nothing, returns 0 (StoreClosed on a closed store, as every call).
         """
         return await self._call(self._sync_ops().ack_messages, *args, **kwargs)
 
@@ -707,7 +707,8 @@ class AsyncOperations:
         """Await :meth:`HubStore.run_due_schedules`: Queue the job of every schedule whose
         tick has come (at most RUN_BATCH), once per tick whatever the number of processes
         doing it; the jobs queued. Ticks missed while nothing ran are one job, for the
-        latest of them.
+        latest of them. A tick whose job's ``unique_key`` is held by a live job queues
+        nothing and is not in the list.
         """
         return await self._call(self._sync_ops().run_due_schedules, now_ms)
 

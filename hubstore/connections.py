@@ -81,6 +81,9 @@ class ConnectionSource:
         self._local = threading.local()
         self._all: weakref.WeakSet[_Kept] = weakref.WeakSet()
         self._guard = threading.Lock()
+        #: Set by :meth:`close`: the store is closed, and every unit of work refuses to
+        #: begin (StoreClosed) instead of opening new connections.
+        self.closed = False
 
     def _check_fork(self) -> None:
         if self._fork != forks.generation():
@@ -183,7 +186,9 @@ class ConnectionSource:
             conn.close()
 
     def close(self) -> None:
-        """Close every kept connection, the lock file and the engine's pool."""
+        """Close every kept connection, the lock file and the engine's pool; from now
+        on the store is closed (see ``closed``)."""
+        self.closed = True
         with self._guard:
             every, self._all = list(self._all), weakref.WeakSet()
         for kept in every:

@@ -21,6 +21,7 @@ from sqlalchemy.engine import URL
 
 from hubstore.connections import ConnectionSource
 from hubstore.dialects import SqlDialect, dialect_for
+from hubstore.errors import StoreClosed
 from hubstore.models import AssignJob
 from hubstore.signals import ChangeWatcher
 from hubstore.sqlite import BUSY_TIMEOUT_MS
@@ -88,7 +89,10 @@ class Database:
         self._watcher_guard = threading.Lock()
 
     def change_watcher(self) -> ChangeWatcher:
-        """The store's change watcher, which wakes its waiters (made on first use)."""
+        """The store's change watcher, which wakes its waiters (made on first use;
+        StoreClosed once the store is closed)."""
+        if self.connections.closed:
+            raise StoreClosed()
         watcher = self._watcher
         if watcher is None:
             with self._watcher_guard:

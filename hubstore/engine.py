@@ -7,6 +7,7 @@ bound on each call in :mod:`hubstore.pg_connections`.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from typing import Any
@@ -109,8 +110,11 @@ def create_hub_engine(url: URL, *, wal: bool = True, foreign_keys: bool = True,
         if ping_idle:
             _ping_when_idle(engine)
         # Connections made as pg_connections' class (after the do_connect listeners,
-        # an application's included, as the dialect's own connect would be).
-        engine.dialect.connect = pg_connections.new_connection  # type: ignore[assignment]
+        # an application's included, as the dialect's own connect would be), their
+        # calls bounded from the start: SQLAlchemy's first-connect queries (the
+        # dialect's initialisation) run before the "connect" listeners.
+        engine.dialect.connect = functools.partial(  # type: ignore[method-assign,assignment]
+            pg_connections.connect_bounded, bound)
         hosts = pg_connections.HostOrder()
 
         # The engine keeps hubstore's options in its URL (the store's waiters read
@@ -125,7 +129,6 @@ def create_hub_engine(url: URL, *, wal: bool = True, foreign_keys: bool = True,
         @event.listens_for(engine, "connect")
         def _connected(dbapi_conn: Any, _record: Any) -> None:
             hosts.remember(dbapi_conn)
-            pg_connections.bound_calls(dbapi_conn, bound)
 
         return engine
     # Each thread keeps its own connections (hubstore.connections), so a bounded pool

@@ -82,6 +82,17 @@ class DuplicateKey(HubStoreError):
     code = "DUPLICATE_KEY"
 
 
+class StoreClosed(HubStoreError):
+    """A call on a store after ``close()`` (or after its ``with`` block): nothing is
+    read or written; open a new store."""
+
+    code = "STORE_CLOSED"
+
+    def __init__(self, message: str = "this store is closed (by close() or at the end "
+                 "of its with block): open a new one") -> None:
+        super().__init__(message)
+
+
 class DatabaseBusy(HubStoreError):
     """The write lock was not free within the busy timeout."""
 
@@ -233,6 +244,7 @@ __all__ = [
     "RetryExhausted",
     "SchemaNotCurrent",
     "StaleAttempt",
+    "StoreClosed",
     "UnknownSchema",
     "ValidationError",
     "WorkerMismatch",

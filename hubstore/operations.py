@@ -20,6 +20,7 @@ and the tests' lists of methods are all read from :func:`store_methods`.
 from __future__ import annotations
 
 import inspect
+import types
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
@@ -182,6 +183,45 @@ class StoreOperations(HubOperations):
     wait_for_assigns = waiting.wait_for_assigns
     wait_for_result = waiting.wait_for_result
     message_feed = waiting.message_feed
+
+
+def as_method(function: Callable[..., Any]) -> Callable[..., Any]:
+    """The service function ``function`` as a store method: a copy of it (the same code
+    and globals, so a call costs exactly what the function's does) whose signature shows
+    ``self`` where the function takes its scope. ``help(HubStore.set_assign_limit)`` and
+    ``inspect.signature`` then show the method's own parameters, as for any method (a
+    bound method's signature leaves ``self`` out); the service function itself is not
+    changed. (The API page is static: tools/docs_build.py does the same there.)"""
+    code = getattr(function, "__code__", None)
+    if code is None:  # (not a plain function: left as it is)
+        return function
+    method = types.FunctionType(code, function.__globals__, function.__name__,
+                                function.__defaults__, function.__closure__)
+    method.__kwdefaults__ = function.__kwdefaults__
+    method.__dict__.update(function.__dict__)
+    method.__doc__ = function.__doc__
+    method.__module__ = function.__module__
+    method.__qualname__ = function.__qualname__
+    method.__annotations__ = dict(function.__annotations__)
+    signature = inspect.signature(function)
+    scope, *parameters = signature.parameters.values()
+    method.__signature__ = signature.replace(  # type: ignore[attr-defined]
+        parameters=[scope.replace(name="self", annotation=inspect.Parameter.empty),
+                    *parameters])
+    return method
+
+
+def _scopes_as_self(*owners: type) -> None:
+    """Each store method of ``owners`` (the service functions they list) made a method
+    by :func:`as_method`."""
+    for owner in owners:
+        for name, value in list(vars(owner).items()):
+            if inspect.isfunction(value) and not name.startswith("_") \
+                    and value.__module__ != __name__:
+                setattr(owner, name, as_method(value))
+
+
+_scopes_as_self(HubOperations, StoreOperations)
 
 
 def store_methods() -> dict[str, Callable[..., Any]]:

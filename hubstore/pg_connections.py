@@ -128,7 +128,14 @@ class HostOrder:
 def connect(params: Mapping[str, Any], bound_s: float) -> psycopg.Connection[Any]:
     """A psycopg connection with ``params`` (psycopg.connect's keyword arguments) whose
     calls are bounded by ``bound_s`` seconds (0: not bounded)."""
-    conn = new_connection(**params)
+    return connect_bounded(bound_s, **params)
+
+
+def connect_bounded(bound_s: float, *args: Any, **params: Any) -> psycopg.Connection[Any]:
+    """:func:`new_connection`, its calls bounded by ``bound_s`` from its first one (an
+    engine's dialect connects with it: the first connection's dialect initialisation
+    is bounded too)."""
+    conn = new_connection(*args, **params)
     bound_calls(conn, bound_s)
     return conn
 

@@ -250,7 +250,8 @@ class HubStore(StoreOperations):
 
     def close(self) -> None:
         """Release everything: wake and stop the waiters (``wait_for_assign`` and
-        message feeds return as on a timeout), then close every connection."""
+        message feeds return as on a timeout), then close every connection. From then on
+        every call of the store raises StoreClosed (closing again does nothing)."""
         self.close_waiters()
         self.connections.close()
 

@@ -45,6 +45,7 @@ from hubstore.errors import (
     DatabaseUnavailable,
     HubStoreError,
     ReadOnlyUnitOfWork,
+    StoreClosed,
     ValidationError,
 )
 from hubstore.urls import same_database
@@ -109,6 +110,8 @@ class Transaction:
             raise RuntimeError("a unit of work can be entered only once")
         self._entered = True
         source = self.db.connections
+        if source.closed:
+            raise StoreClosed()
         try:
             if self.write and source.writers is not None:
                 source.writers.acquire()
@@ -435,6 +438,8 @@ class JoinedTransaction(Transaction):
         if self._entered:
             raise RuntimeError("a unit of work can be entered only once")
         self._entered = True
+        if self.db.connections.closed:
+            raise StoreClosed()
         joined = self.joined
         try:
             if isinstance(joined, Session):

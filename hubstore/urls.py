@@ -77,6 +77,12 @@ def resolve_url(url: str | URL | None = None) -> URL:
                 '"psycopg[c]", or install the system\'s libpq') from exc
         return parsed.set(drivername="postgresql+psycopg")
     database = parsed.database or ""
+    if parsed.host:  # sqlite://hub.db: one slash short, "hub.db" read as a host
+        meant = "/".join(filter(None, (parsed.host, database)))
+        raise ValidationError(
+            f"{_hide_password(str(raw))} names a host ({parsed.host!r}), and a SQLite "
+            f"URL has none: did you mean sqlite:///{meant} (three slashes: a file relative to the "
+            f"working directory; four for an absolute path: sqlite:////tmp/{meant})?")
     if database in ("", ":memory:") or "mode=memory" in database \
             or parsed.query.get("mode") == "memory" or database.startswith("file::memory:"):
         raise ValidationError(

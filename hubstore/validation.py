@@ -157,6 +157,29 @@ def require_duration(value: object, what: str) -> int:
     return require_int(value, what, minimum=0, maximum=MAX_DURATION_MS)
 
 
+def require_cron(value: object, what: str = "cron") -> str:
+    """A cron expression of exactly five fields (minute, hour, day of month, month, day
+    of week; UTC). croniter would also take six (read as a seconds field *last*:
+    ``"0 0 3 * * *"`` would run on the 3rd of each month, not at 03:00), so anything
+    but five fields is refused."""
+    from croniter import croniter  # (imported on first use: the import costs ~10 ms)
+
+    if not isinstance(value, str) or not value.strip():
+        raise ValidationError(f"{what} must be a cron expression of five fields (minute "
+                              f"hour day-of-month month day-of-week, UTC, such as "
+                              f"'*/5 * * * *'), not {describe(value)}")
+    fields = value.split()
+    if len(fields) != 5:
+        raise ValidationError(
+            f"{what} must have exactly five fields (minute hour day-of-month month "
+            f"day-of-week, UTC, such as '0 3 * * *'), not {len(fields)}: {value!r} "
+            "(hubstore has no seconds field)")
+    if not croniter.is_valid(value):
+        raise ValidationError(f"{what} is not a valid cron expression of five fields "
+                              f"(such as '*/5 * * * *'): {value!r}")
+    return value
+
+
 def require_time(value: object, what: str) -> int:
     """A time in milliseconds: an int in -MAX_DURATION_MS..MAX_DURATION_MS."""
     return require_int(value, what, minimum=-MAX_DURATION_MS, maximum=MAX_DURATION_MS)

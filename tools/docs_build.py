@@ -13,6 +13,12 @@
   ``trim_doctest_flags`` leaves them out too); Markdown alone would render it as three
   nested quotes. A Sphinx role (``:class:`~hubstore.uow.UnitOfWork```) becomes inline
   code of the name it shows (``UnitOfWork``).
+- As a Griffe extension too (``StoreMethods``): the store methods, which the facade
+  (hubstore/operations.py) sets as class attributes (``set_assign_limit =
+  limits.set_assign_limit``), rendered as the methods they are: the service function's
+  signature with ``self`` for its scope (not shown), its docstring (errors, example).
+  Statically read, they were attributes with no signature and no docstring;
+  ``operations.as_method`` does the same at run time (``help``, ``inspect.signature``).
 """
 
 from __future__ import annotations
@@ -107,3 +113,47 @@ class MarkdownDocstrings(griffe.Extension):
                   **kwargs: Any) -> None:
         if obj.docstring is not None:
             obj.docstring.value = roles_as_code(doctest_blocks_as_code(obj.docstring.value))
+
+
+#: The facade classes whose class attributes are store methods (hubstore/operations.py).
+FACADES = ("operations.HubOperations", "operations.StoreOperations")
+
+
+def store_method(name: str, target: griffe.Function) -> griffe.Function:
+    """The service function ``target`` as the store method ``name``: its parameters
+    but the scope (``self`` in its place), its return type and docstring."""
+    scope, *parameters = list(target.parameters)
+    method = griffe.Function(
+        name, lineno=target.lineno, endlineno=target.endlineno,
+        parameters=griffe.Parameters(griffe.Parameter("self", kind=scope.kind),
+                                     *parameters),
+        returns=target.returns)
+    if target.docstring is not None:
+        method.docstring = griffe.Docstring(target.docstring.value,
+                                            lineno=target.docstring.lineno,
+                                            endlineno=target.docstring.endlineno,
+                                            parent=method)
+    return method
+
+
+class StoreMethods(griffe.Extension):
+    """Each store method of the facade, a Function of the class (see the module)."""
+
+    def on_package(self, *, pkg: griffe.Module, loader: griffe.GriffeLoader,
+                   **kwargs: Any) -> None:
+        if pkg.path != "hubstore":
+            return
+        for path in FACADES:
+            facade = pkg[path]
+            for name, member in list(facade.members.items()):
+                value = getattr(member, "value", None)
+                if not isinstance(member, griffe.Attribute) or not isinstance(
+                        value, griffe.ExprAttribute) or len(value.values) != 2:
+                    continue
+                module, function = (str(part) for part in value.values)
+                imported = facade.module.imports.get(module)
+                if imported is None:
+                    continue
+                target = loader.modules_collection[f"{imported}.{function}"]
+                if isinstance(target, griffe.Function):
+                    facade.set_member(name, store_method(name, target))

@@ -21,7 +21,8 @@ from sqlalchemy.engine import URL
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 
 from hubstore.engine import ENV_URL, default_url, resolve_url
-from hubstore.errors import HubStoreError
+from hubstore.errors import HubStoreError, ValidationError
+from hubstore.validation import require_cron
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
 URL_HELP = (f"SQLAlchemy URL of the hub database [default: --url before the command, else "
@@ -200,6 +201,37 @@ class Duration(click.ParamType):  # type: ignore[type-arg]
             self.fail(f"{value!r} is not a duration: write it as 30d, 12h, 15m or 45s",
                       param, ctx)
         return int(match.group(1)) * _UNIT_MS[match.group(2)]
+
+
+class Seconds(Duration):
+    """A duration in seconds, above 0: ``5m``, ``45s``, ``12h`` as elsewhere, or a bare
+    number of seconds (``0.5``)."""
+
+    name = "SECONDS"
+
+    def convert(self, value: Any, param: click.Parameter | None,  # type: ignore[override]
+                ctx: click.Context | None) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            seconds = super().convert(value, param, ctx) / 1000
+        if not 0 < seconds < float("inf"):
+            self.fail(f"{value!r} is not a duration above 0: write it as 5m, 45s or a "
+                      "number of seconds", param, ctx)
+        return seconds
+
+
+class Cron(click.ParamType):  # type: ignore[type-arg]
+    """A cron expression of five fields (the store's check: a bad one exits 2)."""
+
+    name = "CRON"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> str:
+        try:
+            return require_cron(value, "the cron expression")
+        except ValidationError as exc:
+            self.fail(str(exc), param, ctx)
 
 
 def shown(url: URL) -> str:

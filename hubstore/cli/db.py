@@ -16,6 +16,7 @@ from sqlalchemy.engine import URL
 from hubstore import health, migrations
 from hubstore.cli.common import (
     Duration,
+    Seconds,
     UsageFailure,
     command_options,
     err,
@@ -310,9 +311,9 @@ def prune(older_than: int, batch_size: int, url: URL) -> None:
 
 
 @db.command()
-@click.option("--every", type=click.FloatRange(min=0, min_open=True), default=None,
-              metavar="SECONDS",
-              help="Sweep every SECONDS until stopped (Ctrl-C, SIGTERM); else once.")
+@click.option("--every", type=Seconds(), default=None, metavar="DURATION",
+              help="Sweep every DURATION (5m, 45s, or seconds: 0.5) until stopped "
+                   "(Ctrl-C, SIGTERM); else once.")
 @command_options
 def sweep(every: float | None, url: URL) -> None:
     """Run the hub's sweeps: assign jobs past their deadline timed out (and retried

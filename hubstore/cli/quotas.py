@@ -14,6 +14,7 @@ from sqlalchemy.engine import URL
 
 from hubstore.assign_rules import duration_text
 from hubstore.cli.common import (
+    Cron,
     Duration,
     UsageFailure,
     command_options,
@@ -27,6 +28,7 @@ from hubstore.cli.common import (
 )
 from hubstore.cli.inspect import reading
 from hubstore.cli.output import Column, key, show
+from hubstore.ids import now_ms
 from hubstore.store import HubStore
 
 
@@ -119,11 +121,24 @@ def schedules(ctx: click.Context, as_json: bool) -> None:
         Column("task", lambda d: str(d["job"].get("task", "")), whole=False),
         Column("next (UTC)", lambda d: when(d["next_due_ms"]), whole=True),
         Column("last job", lambda d: d["last_job_id"] or "", whole=True)], rows)
+    _hint_when_overdue(rows)
+
+
+def _hint_when_overdue(rows: list[dict[str, Any]]) -> None:
+    """A "next" tick in the past means nothing runs the hub's maintenance, which queues
+    the schedules' jobs: say so on stderr, and what to run."""
+    overdue = [d["name"] for d in rows if d["next_due_ms"] < now_ms()]
+    if overdue:
+        click.echo(f"note: the next tick of {', '.join(overdue)} is in the past: nothing "
+                   "runs the hub's maintenance, which queues the schedules' jobs. Run "
+                   "`hubstore db sweep --every 1m` beside the hub (or run_maintenance in "
+                   "a hub process).", err=True)
 
 
 @schedules.command("set")
 @click.argument("name")
-@click.option("--cron", default=None, help="A cron expression, UTC ('*/5 * * * *').")
+@click.option("--cron", type=Cron(), default=None,
+              help="A cron expression of five fields, UTC ('*/5 * * * *').")
 @click.option("--every", "every_ms", type=Duration(), default=None,
               help="Or an interval (30s, 5m, 1h).")
 @click.option("--supervisor", required=True, metavar="AGENT", help="Who assigns the jobs.")

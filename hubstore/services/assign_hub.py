@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, cast
 
@@ -42,7 +43,7 @@ from hubstore.errors import (
 )
 from hubstore.execution import Prepared, from_row
 from hubstore.ids import now_ms, uuidv7
-from hubstore.jsontype import MAX_JSON_DEPTH
+from hubstore.jsontype import MAX_JSON_DEPTH, dumps
 from hubstore.models import AssignJob, Message, table_of
 from hubstore.results import AssignOutcome
 from hubstore.services.assigns import (
@@ -439,9 +440,12 @@ def report_assign_result(scope: Scope, job_id: str, status: str, worker_agent: s
     job), and a retry scheduled here names the worker as ``requested_by``.
     Raises AssignNotFound, WorkerMismatch, StaleAttempt (a result from an earlier
     attempt) or IllegalTransition. Repeating the report that finished the job is a
-    no-op: nothing is written or recorded. A report without a result stores {}, as
-    the reference does (its ``result ?? payload``, the payload defaulting to {}).
+    no-op: nothing is written or recorded; the same status with another result or
+    error raises IllegalTransition (the first report stands). A report without a
+    result stores {}, as the reference does (its ``result ?? payload``, the payload
+    defaulting to {}).
     """
+    reported = {"result": result, "error": error}  # (what the report gives, for a repeat)
     target, result = _checked_report(job_id, status, worker_agent, attempt, result, error,
                                      metadata)
     if target != "running":  # the one-statement path, when the report is routine
@@ -460,7 +464,24 @@ def report_assign_result(scope: Scope, job_id: str, status: str, worker_agent: s
                 patch["deadline_ms"] = resolve_now(None) + job.timeout_ms
             job = move(uow, job, "running", patch)
             return AssignOutcome(job, "progress", notify_supervisor(uow, job, "progress"))
+        if job.status == target:
+            refuse_conflicting_end(job, reported)
         return finish(uow, job, target, patch, worker_agent or job.worker_agent)
+
+
+def refuse_conflicting_end(job: AssignJob, reported: dict[str, Any]) -> None:
+    """A final report repeated on a job that ended with it: a no-op when the result and
+    the error it gives (those it leaves out: nothing to compare) are the recorded ones;
+    IllegalTransition when they differ (the first report stands, and the worker should
+    know that its second was not taken)."""
+    given = {name: value for name, value in reported.items() if value is not None}
+    recorded = {"result": job.result, "error": job.error}
+    if json.loads(dumps(given)) != {name: recorded[name] for name in given}:  # (as
+        # stored: tuples as lists, and 1.0 == 1)
+        raise IllegalTransition(
+            f"assign job {job.job_id} ended {job.status} already, with another result or "
+            "error than this report's: the first report stands (an identical repeat "
+            "is a no-op)")
 
 
 def fenced(job: AssignJob | None, job_id: str, worker_agent: str | None,

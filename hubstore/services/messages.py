@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Select, and_, bindparam, insert, or_, select, text, union_all
 
 from hubstore.dialects import SqlDialect
-from hubstore.errors import ValidationError, describe
+from hubstore.errors import StoreClosed, ValidationError, describe
 from hubstore.execution import Prepared, from_row, get, load
 from hubstore.ids import now_ms, uuidv7
 from hubstore.jsontype import MAX_JSON_DEPTH, dumps
@@ -321,5 +321,8 @@ def deliver_to_topic(scope: Scope, message_id: str, topic: str) -> int:
 
 
 def ack_messages(scope: Scope, *args: Any, **kwargs: Any) -> int:
-    """Kept for compatibility with the reference: acknowledges nothing, returns 0."""
+    """Kept for compatibility with the reference: acknowledges nothing, returns 0
+    (StoreClosed on a closed store, as every call)."""
+    if scope.db.connections.closed:
+        raise StoreClosed()
     return 0

@@ -9,7 +9,7 @@ update, so however many hub processes run it, each tick queues one job.
 Catch-up after downtime: the ticks missed while nothing ran are one job, queued for the
 latest of them; the schedule then goes on from the first tick after now.
 
-Cron expressions are read by croniter (five fields, or six with seconds first), in UTC.
+Cron expressions have five fields (no seconds: six are refused), read by croniter, in UTC.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 from croniter import croniter
 from sqlalchemy import delete, select, update
 
-from hubstore.errors import HubStoreError, ValidationError, describe
+from hubstore.errors import HubStoreError, ValidationError
 from hubstore.execution import execute, from_row
 from hubstore.ids import now_ms
 from hubstore.models import AssignJob, AssignSchedule, table_of
@@ -29,7 +29,13 @@ from hubstore.services.assigns import new_job
 from hubstore.services.base import resolve_now
 from hubstore.services.limits import check_limit_key
 from hubstore.transaction import Scope
-from hubstore.validation import MAX_DURATION_MS, json_value, require_id, require_int
+from hubstore.validation import (
+    MAX_DURATION_MS,
+    json_value,
+    require_cron,
+    require_id,
+    require_int,
+)
 
 _schedules = table_of(AssignSchedule)
 #: The shortest interval between two ticks.
@@ -47,10 +53,7 @@ def _ms(moment: float) -> int:
 
 
 def _checked_cron(cron: object) -> str:
-    if not isinstance(cron, str) or not croniter.is_valid(cron):
-        raise ValidationError(f"cron must be a cron expression (five fields, such as "
-                              f"'*/5 * * * *'), not {describe(cron)}")
-    return cron
+    return require_cron(cron, "cron")
 
 
 def next_tick(cron: str | None, every_ms: int | None, after: int) -> int:
@@ -121,7 +124,8 @@ def remove_assign_schedule(scope: Scope, name: str) -> bool:
 def run_due_schedules(scope: Scope, now_ms: int | None = None) -> list[AssignJob]:
     """Queue the job of every schedule whose tick has come (at most RUN_BATCH), once per
     tick whatever the number of processes doing it; the jobs queued. Ticks missed while
-    nothing ran are one job, for the latest of them."""
+    nothing ran are one job, for the latest of them. A tick whose job's ``unique_key``
+    is held by a live job queues nothing and is not in the list."""
     now = resolve_now(now_ms)
     c = _schedules.c
     due = (select(_schedules).where(c.next_due_ms <= now).order_by(c.next_due_ms, c.name)
@@ -140,6 +144,7 @@ def run_due_schedules(scope: Scope, now_ms: int | None = None) -> list[AssignJob
             if moved.rowcount != 1:  # (the row is locked: never reached)
                 raise HubStoreError(
                     f"schedule {schedule.name} moved while its tick was being queued")
-            queued.append(job)
+            if not job.deduplicated:  # (its unique key held a live job: none queued)
+                queued.append(job)
     return queued
 

@@ -606,7 +606,8 @@ def test_repeating_the_final_report_is_a_noop(store: HubStore, heard: Heard) -> 
     before, before_trace = row(store, job.job_id), trace(store, job)
     heard.clear()
     again = store.report_assign_result(job.job_id, "success", worker_agent="w1", attempt=1,
-                                       result={"second": 2})
+                                       result={"first": 1})  # (another: IllegalTransition,
+    # tests/assigns/test_cancel_and_results.py)
     assert again.event == "completed" and again.message is None
     assert again.job.to_dict() == before == row(store, job.job_id)
     assert [m.id for m in trace(store, job)] == [m.id for m in before_trace]

@@ -188,6 +188,32 @@ def test_finish_assign_reports_with_the_jobs_own_worker_and_attempt(store: HubSt
                                                               {"ok": True})
 
 
+def test_a_repeated_final_report_is_a_no_op_and_a_conflicting_one_raises(
+        store: HubStore) -> None:
+    """Issue 40: a second finish_assign with another result was silently ignored. The
+    identical report again changes and records nothing; one with another result or
+    error (or another end) raises IllegalTransition, and the first report stands."""
+    store.assign_async("lead", "w1")
+    job = present(store.claim_next_assign("w1"))
+    first = store.finish_assign(job, "succeeded", result={"n": 1.0, "items": ("a", "b")})
+    events = events_of(store, job)
+    again = store.finish_assign(job, "succeeded", result={"n": 1, "items": ["a", "b"]})
+    assert again.event == "completed" and again.job.updated_at_ms == first.job.updated_at_ms
+    for conflicting in ({"result": {"n": 2}}, {"result": {"n": 1, "items": ["a", "b"]},
+                                               "error": {"late": True}}):
+        with pytest.raises(IllegalTransition, match="the first report stands"):
+            store.finish_assign(job, "succeeded", **conflicting)
+    with pytest.raises(IllegalTransition, match="the first report stands"):
+        store.report_assign_result(job.job_id, "succeeded", "w1", result={"n": 3})
+    with pytest.raises(IllegalTransition, match="the first report stands"):
+        store.report_assign_results([{"job_id": job.job_id, "status": "succeeded",
+                                      "result": {"n": 3}}], worker_agent="w1")
+    with pytest.raises(IllegalTransition):
+        store.finish_assign(job, "failed", error={"e": 1})
+    assert present(store.get_assign(job.job_id)).result == {"n": 1.0, "items": ["a", "b"]}
+    assert events_of(store, job) == events
+
+
 def test_finish_assign_of_another_workers_job_is_refused(store: HubStore) -> None:
     store.assign_async("lead", "w1")
     job = present(store.claim_next_assign("w1"))

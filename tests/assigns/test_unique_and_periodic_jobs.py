@@ -163,10 +163,33 @@ def test_maintenance_runs_the_schedules(store: HubStore) -> None:
     assert store.get_assign_schedules()["now"].next_due_ms > schedule.next_due_ms - 1_000
 
 
+def test_a_tick_the_unique_key_skips_is_not_counted_as_queued(store: HubStore) -> None:
+    """schedules_queued counts the jobs queued, not the ticks (issue 40: 14 reported
+    against 8 jobs): a tick whose unique key a live job holds queues nothing."""
+    store.set_assign_schedule("now", "lead", "w", every_ms=1_000, task="t", unique_key="u")
+    due_now = "UPDATE assign_schedules SET next_due_ms = 0"
+    with store.unit_of_work() as uow:
+        from sqlalchemy import text
+
+        uow.connection.execute(text(due_now))
+    assert sweep_once(store)["schedules_queued"] == 1
+    with store.unit_of_work() as uow:
+        uow.connection.execute(text(due_now))
+    assert store.run_due_schedules() == []
+    with store.unit_of_work() as uow:
+        uow.connection.execute(text(due_now))
+    assert sweep_once(store)["schedules_queued"] == 0
+    assert len(store.list_assigns()) == 1
+
+
 @pytest.mark.parametrize(("kwargs", "named"), [
     ({}, "either cron or every_ms"),
     ({"cron": "* * * * *", "every_ms": 1_000}, "either cron or every_ms"),
     ({"cron": "61 * * * *"}, "cron"), ({"cron": 5}, "cron"), ({"cron": ""}, "cron"),
+    # six fields: croniter reads the sixth as seconds, so "0 0 3 * * *" would run on the
+    # 3rd of each month (issue 40): anything but five fields is refused
+    ({"cron": "0 0 3 * * *"}, "exactly five fields .*not 6"),
+    ({"cron": "0 3 * *"}, "exactly five fields .*not 4"),
     ({"every_ms": 999}, "every_ms"), ({"every_ms": "1m"}, "every_ms"),
     ({"every_ms": 1_000, "taks": "typo"}, "taks"),
     ({"every_ms": 1_000, "job_id": "fixed"}, "job_id"),

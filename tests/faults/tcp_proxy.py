@@ -26,6 +26,7 @@ class Proxy:
         self._flowing = threading.Event()
         self._flowing.set()
         self._pattern: bytes | None = None
+        self._freeze_at: bytes | None = None
         self._lock = threading.Lock()
         self._sockets: list[socket.socket] = []
         #: How many answers lose_answer_after dropped.
@@ -46,6 +47,12 @@ class Proxy:
         answer does not reach the client, whose connection is closed instead."""
         with self._lock:
             self._pattern = pattern
+
+    def freeze_after(self, pattern: bytes) -> None:
+        """Arm: the next client message holding ``pattern`` reaches the server, and then
+        the proxy freezes (as :meth:`freeze`): its answer never comes back."""
+        with self._lock:
+            self._freeze_at = pattern
 
     def close(self) -> None:
         self._closed = True
@@ -86,6 +93,9 @@ class Proxy:
             if self._pattern is not None and self._pattern in data:
                 self._pattern = None
                 armed[0] = True
+            if self._freeze_at is not None and self._freeze_at in data:
+                self._freeze_at = None
+                self._flowing.clear()
         return True
 
     def _downstream(self, armed: list[bool], client: socket.socket,

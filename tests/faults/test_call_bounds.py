@@ -21,6 +21,8 @@ tests/faults/test_failover.py does the same on a real failover and a SIGSTOPped 
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -190,6 +192,46 @@ def test_a_silent_server_inside_a_unit_of_work(pg_url: URL, proxy: Proxy) -> Non
         assert time.monotonic() - began < 3.0
         assert not caught.value.outcome_unknown  # lost before COMMIT: nothing written
         assert store.list_all_agents() == []
+
+
+def test_a_server_silent_from_the_first_query_fails_the_open_within_its_bound(
+        pg_url: URL, proxy: Proxy) -> None:
+    """Issue 40: SQLAlchemy's first-connect queries (the dialect's initialisation) ran
+    before the call bound was on, so an open whose server answered the handshake and
+    then nothing waited for ever (300 s seen); now within call_timeout."""
+    proxy.freeze_after(b"pg_catalog.version()")
+    began = time.monotonic()
+    with pytest.raises(DatabaseUnavailable, match=r"no answer within 1\.5 s"):
+        HubStore.open(_through(proxy, pg_url, call_timeout="1.5"))
+    assert time.monotonic() - began < 4.0
+
+
+@pytest.mark.parametrize("command", [["db", "check"], ["db", "current"]])
+def test_db_commands_on_a_silent_server_fail_within_their_bounds(
+        pg_url: URL, command: list[str]) -> None:
+    """The same at the command line (60 s and more before), for both kinds of silence:
+    a socket that accepts connections and never answers (connect_timeout), and a server
+    that answers the handshake and then nothing (call_timeout)."""
+    with socket.socket() as silent:  # accepts (the kernel's backlog), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        proxy = Proxy((pg_url.host or "127.0.0.1", pg_url.port or 5432))
+        try:
+            proxy.freeze_after(b"pg_catalog.version()")
+            for port in (silent.getsockname()[1], proxy.port):
+                url = pg_url.set(host="127.0.0.1", port=port).update_query_dict(
+                    {"call_timeout": "2", "connect_timeout": "2"})
+                began = time.monotonic()
+                run = subprocess.run([sys.executable, "-m", "hubstore", *command, "--url",
+                                      url.render_as_string(hide_password=False)],
+                                     capture_output=True, text=True, timeout=120,
+                                     check=False)
+                took = time.monotonic() - began
+                assert run.returncode == 1, run.stderr
+                assert "Traceback" not in run.stderr and "failed:" in run.stderr
+                assert took < 15, (port, took, run.stderr)  # 2 + 2, the start-up, a busy CI
+        finally:
+            proxy.close()
 
 
 # --- a connection lost: the first failure, no reconnect, the outcome ----------------

@@ -148,6 +148,9 @@ def test_unsupported_drivers_are_refused_with_the_supported_forms(
     ("", "empty"), ("   ", "empty"), ("sqlite://", "in-memory"),
     ("sqlite:///:memory:", "in-memory"), ("sqlite:///file:x?mode=memory&uri=true", "in-memory"),
     ("sqlite:///file::memory:?uri=true", "in-memory"),
+    # one slash short: "hub.db" is a host (issue 40: the message spoke of memory)
+    ("sqlite://hub.db", r"did you mean sqlite:///hub\.db "),
+    ("sqlite://data/hub.db", r"did you mean sqlite:///data/hub\.db "),
     ("postgresql://postgres@127.0.0.1:99999/test", "99999"),
     ("postgresql://postgres@127.0.0.1:0/test", "between 1 and 65535"),
     ("postgresql://postgres@127.0.0.1:abc/test", "cannot read"), ("not a url", "cannot read"),

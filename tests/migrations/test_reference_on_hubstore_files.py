@@ -131,6 +131,37 @@ def test_the_reference_store_reads_and_moves_scheduled_jobs_on_a_hubstore_file(
     assert health.check(make_url(url)) == []
 
 
+def test_the_references_getters_return_hubstores_quota_columns(tmp_path: Path) -> None:
+    """Revisions 0014 and 0017 (docs/compatibility.md): the reference's getters return
+    every column of the row, so on a hubstore file also ``limit_key``, ``limit_share``
+    and ``unique_key`` (beside 0012's two), as stored; a job the reference writes has
+    them NULL."""
+    hub = reference_hub()
+    path, url = hub_file(tmp_path)
+    with HubStore.open(url) as store:
+        store.set_assign_limit("codex", max_running=2)
+        job = store.assign_async("lead", "w1", task="q", limit_key="codex",
+                                 unique_key="build-42")
+        claimed = present(store.claim_next_assign("w1"))
+        assert claimed.job_id == job.job_id and claimed.limit_share is not None
+    got, listed, theirs = run_reference(hub, path, [
+        ["getAssign", job.job_id],
+        ["listAssigns", {"worker_agent": "w1"}],
+        ["createAssign", {"supervisor_agent": "lead", "worker_agent": "w2", "task": "t"}],
+    ])
+    extra = {"limit_key": "codex", "limit_share": claimed.limit_share,
+             "unique_key": "build-42", "not_before_ms": None, "retry_backoff_ms": 0}
+    assert {k: got[k] for k in extra} == extra
+    assert {k: listed[0][k] for k in extra} == extra
+    assert not set(extra) & set(claimed.to_dict())  # hubstore's to_dict: the reference's
+    with HubStore.open(url) as store:
+        written = present(store.get_assign(theirs["job_id"]))
+        assert (written.limit_key, written.limit_share, written.unique_key) == (
+            None, None, None)
+    assert {k: theirs.get(k) for k in ("limit_key", "limit_share", "unique_key")} == {
+        "limit_key": None, "limit_share": None, "unique_key": None}
+
+
 def test_the_reference_store_on_a_cancelled_job(tmp_path: Path) -> None:
     """Revision 0013's status (docs/compatibility.md): the reference reads a cancelled job
     as stored and lists it by its status; its figures count it nowhere; its moves check

@@ -1,18 +1,23 @@
 """Every Python example of README.md and docs/*.md runs, and passes ``mypy --strict``.
 
 An example is a fenced ``python`` block. By default it is a program of its own: it runs
-with ``python`` in an empty temporary folder, so its ``sqlite:///hub.db`` is a temporary
-SQLite file there. An HTML comment on the line just before the block says otherwise:
+with ``python`` in an empty temporary folder, as printed, so its ``sqlite:///hub.db`` is a
+new SQLite file there: an example that needs a migrated database says so where a reader
+sees it (issue 40: an HTML comment made the test migrate it, and a reader got
+SchemaNotCurrent). Either it opens the store with ``auto_migrate=True``, or its first
+line names the command to run first, which the test runs in that folder first:
+
+    # First: hubstore db upgrade --url sqlite:///hub.db   (why, in parentheses)
+
+An HTML comment on the line just before the block says how else it runs:
 
     <!-- example: continued, migrated -->
 
 - ``continued``: the example goes on from the page's previous one (one program, one
   folder, one namespace; one module for mypy).
-- ``migrated``: its database is migrated to head before it runs (the page says to run
-  ``hubstore db upgrade`` first).
-- ``postgresql``: it runs against a temporary PostgreSQL database (migrated when
-  ``migrated``): each ``postgresql://`` and ``postgresql+psycopg://`` URL in it is
-  pointed at that database, its query string kept. Skipped where the test server is
+- ``postgresql``: it runs against a temporary empty PostgreSQL database: each
+  ``postgresql://`` and ``postgresql+psycopg://`` URL in it is pointed at that
+  database, its query string kept. Skipped where the test server is
   unreachable, as every PostgreSQL test.
 - ``pytest``: a file of a user's test suite, named by its first line (``# conftest.py``),
   else ``test_example_N.py``; ``continued`` files are of the same suite. ``pytest`` runs
@@ -30,7 +35,7 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
+import shlex
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -47,7 +52,9 @@ PYTHON = {"python", "py", "python3"}
 FENCE = re.compile(r"^(?P<indent>[ ]*)```(?P<lang>[\w+-]*)[^\n]*\n(?P<body>.*?)"
                    r"^(?P=indent)```[ ]*$", re.S | re.M)
 MARKER = re.compile(r"^\s*<!--\s*example:\s*(?P<words>.*?)\s*-->\s*$")
-OPTIONS = {"continued", "migrated", "postgresql", "pytest", "not run"}
+OPTIONS = {"continued", "postgresql", "pytest", "not run"}
+#: A program's first line that names the command to run before it (in its folder).
+FIRST = re.compile(r"\A# First: (?P<command>hubstore\s[^\n]*?)(?:\s+\([^\n]*\))?[ ]*\n")
 PRINTS = re.compile(r"\s*\n[^\n]*\bprints:?[ ]*\n\s*\n```text\n(?P<output>.*?)^```", re.S | re.M)
 PG_URL = re.compile(r"(?P<scheme>postgresql(?:\+psycopg)?://)[^/\s\"']+/[\w-]+")
 FILE_NAME = re.compile(r"\A#\s*(?P<name>\w+\.py)\s*\n")
@@ -164,6 +171,14 @@ PROGRAMS = programs(PAGES)
 RUN = [p for p in PROGRAMS if "not run" not in p.options]
 
 
+def test_the_first_line_names_the_command_to_run_first() -> None:
+    found = FIRST.match("# First: hubstore db upgrade --url sqlite:///hub.db   (above)\nx\n")
+    assert found is not None
+    assert found.group("command") == "hubstore db upgrade --url sqlite:///hub.db"
+    plain = FIRST.match("# First: hubstore db upgrade --url sqlite:///hub.db\n")
+    assert plain is not None and plain.group("command").endswith("hub.db")
+
+
 def test_the_examples_are_found() -> None:
     """Every page's python blocks are here (none is lost to a stray fence)."""
     for page in PAGES:
@@ -216,17 +231,14 @@ def test_the_example_runs(program: Program, tmp_path: Path, request: pytest.Fixt
     source = program.source
     if "postgresql" in program.options:
         postgres: PostgresDatabases = request.getfixturevalue("postgres")
-        template = (request.getfixturevalue("pg_template") if "migrated" in program.options
-                    else None)
-        url = postgres.create("hubstore_doc", template=template)
+        url = postgres.create("hubstore_doc")
         request.addfinalizer(lambda: postgres.drop(url))
         source = point_at(source, url)
-    elif "migrated" in program.options:
-        template_file: Path = request.getfixturevalue("sqlite_template")
-        names = set(re.findall(r"sqlite:///([\w.-]+)", source))
-        assert names, f"{program.where}: 'migrated', but it names no sqlite:/// file"
-        for name in names:
-            shutil.copyfile(template_file, tmp_path / name)
+    first = FIRST.match(source)
+    if first is not None:  # the command the example's first line says to run first
+        done = run([sys.executable, "-m", *shlex.split(first.group("command"))], tmp_path)
+        assert done.returncode == 0, f"{program.where}: {first.group('command')}:\n" \
+                                     f"{done.stderr}"
     if "pytest" in program.options:
         files = program.files()
         for name, text in files.items():

@@ -3,7 +3,10 @@ Python examples run, and every ``hubstore ...`` command line it shows exists."""
 
 from __future__ import annotations
 
+import html
 import importlib.util
+import inspect
+import pydoc
 import re
 import shlex
 import subprocess
@@ -128,6 +131,52 @@ def test_the_api_page_renders_docstring_examples_as_code(site: Path) -> None:
     assert "<blockquote>" not in api  # what Markdown makes of a bare >>> line
     assert not re.search(r":(class|meth|func|attr|mod|exc):", api)
     assert 'worker-1' in api and api.count('class="gp"') >= 2  # the examples, as pycon
+
+
+@pytest.mark.slow
+@NO_MKDOCS
+def test_every_store_method_shows_its_signature_and_docstring(site: Path) -> None:
+    """Issue 40: each store method rendered as ``set_assign_limit =
+    limits.set_assign_limit``, with no signature and no docstring. Now as a method: its
+    parameters without the scope, its return type, its docstring."""
+    api = (site / "api" / "index.html").read_text(encoding="utf-8")
+    text = html.unescape(re.sub(r"<[^>]+>", "", api))
+    assert ("set_assign_limit(\n    key: str,\n    max_running: int | None = None,\n"
+            "    max_starts: int | None = None,\n    per_ms: int | None = None,\n"
+            ") -> AssignLimit") in text
+    assert "Set (or replace) the limit of key" in text
+    assert "= limits.set_assign_limit" not in text and "scope: Scope" not in text
+    for name, function in store_methods().items():
+        heading = api.find(f'id="hubstore.HubStore.{name}"')
+        assert heading >= 0, name
+        end = api.find('class="doc doc-heading"', heading + len(name) + 40)
+        shown = html.unescape(re.sub(r"<[^>]+>", "", api[heading:end]))
+        assert f"{name}(" in shown, name  # a signature, not an attribute's value
+        summary = (function.__doc__ or "").split("\n")[0].split("``")[0].strip()
+        assert " ".join(summary.split()[:3]) in " ".join(shown.split()), name
+
+
+def test_store_methods_show_their_signature_without_the_scope() -> None:
+    """help(HubStore.set_assign_limit) and inspect.signature show ``self`` where the
+    service function takes its scope, as for any method; the bound method leaves it
+    out. The method is the service function's code itself: a call costs the same."""
+    from hubstore import HubStore
+    from hubstore.services import limits
+
+    assert str(inspect.signature(HubStore.set_assign_limit)) == (
+        "(self, key: 'str', max_running: 'int | None' = None, max_starts: 'int | None' = "
+        "None, per_ms: 'int | None' = None) -> 'AssignLimit'")
+    shown = re.sub(".\b", "", pydoc.render_doc(HubStore.set_assign_limit,
+                                                renderer=pydoc.TextDoc()))
+    assert "set_assign_limit(self, key: 'str'," in shown and "scope" not in shown
+    assert HubStore.set_assign_limit.__code__ is limits.set_assign_limit.__code__
+    assert next(iter(inspect.signature(limits.set_assign_limit).parameters)) == "scope"
+    for name, function in store_methods().items():
+        method = getattr(HubStore, name)
+        first, *rest = inspect.signature(method).parameters.values()
+        assert first.name == "self" and first.annotation is inspect.Parameter.empty, name
+        assert rest == list(inspect.signature(function).parameters.values())[1:], name
+        assert "scope" not in inspect.signature(getattr(HubStore, name)).parameters
 
 
 @pytest.mark.slow

@@ -21,7 +21,7 @@ import pytest
 from sqlalchemy.engine import URL
 
 from hubstore import HubStore
-from hubstore.errors import ValidationError
+from hubstore.errors import StoreClosed, ValidationError
 from hubstore.services.waiting import MessageFeed
 from tests.helpers import present
 
@@ -340,7 +340,8 @@ def test_close_wakes_the_waiters_and_stops_the_watcher(
     if thread is not None:
         thread.join(timeout=5)
         assert not thread.is_alive()
-    assert store.change_watcher() is not watcher  # closed: a later wait makes a new one
+    with pytest.raises(StoreClosed):  # closed: a later wait is refused (issue 40)
+        store.change_watcher()
     store.close()
 
 
