@@ -3,6 +3,7 @@ worker's oldest queued job, and the jobs that finished since a mark."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -20,6 +21,7 @@ PRIORITIES = range(1, 10)
 FINAL = tuple(s for s in ASSIGN_STATUSES if s not in ("queued", "running"))
 
 
+@functools.cache
 def _oldest_of_a_worker() -> Prepared:
     queued = _jobs.c.status == const("queued")
     firsts = [select(_jobs.c.created_at_ms.label("at"))
