@@ -23,7 +23,7 @@ from hubstore.connections import ConnectionSource
 from hubstore.dialects import SqlDialect, dialect_for
 from hubstore.models import AssignJob
 from hubstore.signals import ChangeWatcher
-from hubstore.sqlite import BUSY_TIMEOUT_MS
+from hubstore.sqlite_setup import BUSY_TIMEOUT_MS
 from hubstore.types import AssignEvent
 
 #: A status listener: called with the event (AssignEvent) and the job after each commit.

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from hubstore.errors import HubStoreError, ValidationError
-from hubstore.services.timeouts import SWEEP_BATCH
+from hubstore.services.assigns.rescue import SWEEP_BATCH
 from hubstore.validation import require_number
 
 if TYPE_CHECKING:

@@ -38,7 +38,7 @@ from sqlalchemy import Connection, event, inspect, select
 from sqlalchemy.engine import RootTransaction
 from sqlalchemy.orm import Session
 
-from hubstore import execution, sqlite
+from hubstore import execution, sqlite_setup
 from hubstore.db_errors import failed_statement, lost_connection, translate
 from hubstore.dialects import SqlDialect
 from hubstore.errors import (
@@ -122,7 +122,7 @@ class Transaction:
                     self._watched = False
                     raw: Any = conn.connection.driver_connection
                     if not self._autocommit:
-                        raw.execute(sqlite.begin_statement(self.write))
+                        raw.execute(sqlite_setup.begin_statement(self.write))
                     self._raw = raw
                 else:
                     self._transaction = conn.begin()
@@ -322,8 +322,8 @@ class Transaction:
                     self._one_statement_ran()  # (a transaction now: the rest is atomic)
                     # Begun here, as this unit of work begins (a read may be on the
                     # writer's connection, whose SQLAlchemy BEGIN is IMMEDIATE).
-                    self._raw.execute(sqlite.begin_statement(self.write))
-                self._transaction = self._conn.begin()  # no second BEGIN (sqlite.py)
+                    self._raw.execute(sqlite_setup.begin_statement(self.write))
+                self._transaction = self._conn.begin()  # no second BEGIN (sqlite_setup.py)
             except BaseException as exc:
                 raise self._translated(exc) from exc
         return self._conn
@@ -349,7 +349,7 @@ class Transaction:
         if self._autocommit and raw is not None and not raw.in_transaction:
             self._one_statement_ran()  # (refused after the one statement: too late)
             try:
-                raw.execute(sqlite.begin_statement(self.write))
+                raw.execute(sqlite_setup.begin_statement(self.write))
             except BaseException as exc:
                 raise self._translated(exc) from exc
 

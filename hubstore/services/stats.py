@@ -33,10 +33,10 @@ from hubstore import figures
 from hubstore.dialects import SqlDialect
 from hubstore.execution import execute, scalar, scalars
 from hubstore.models import Agent, Message, table_of
+from hubstore.services.assigns.limits import get_assign_limits
 from hubstore.services.base import const, resolve_now
 from hubstore.services.dead_letters import record_dead_letters
 from hubstore.services.human_requests import expire_human_requests
-from hubstore.services.limits import get_assign_limits
 from hubstore.transaction import Scope, Transaction
 
 if TYPE_CHECKING:

@@ -1,6 +1,6 @@
 """``/metrics``: the hub's figures in Prometheus' text format (prometheus-client).
 
-Every value comes from one :class:`~hubstore.web.queries.Snapshot`: the trigger-kept
+Every value comes from one :class:`~hubstore.services.console_reads.Snapshot`: the trigger-kept
 counters (messages, queued messages by urgency, dead letters, jobs by status), agents
 by status and pending human requests (index ranges: one entry per agent, one per pending
 request), jobs finished in the last minute (index ranges of the terminal statuses); and
@@ -18,7 +18,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from hubstore.models import AGENT_STATUSES
-from hubstore.web.queries import Snapshot
+from hubstore.services.console_reads import Snapshot
 
 __all__ = ["CONTENT_TYPE_LATEST", "exposition"]
 

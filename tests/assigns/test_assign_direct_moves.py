@@ -18,7 +18,9 @@ from sqlalchemy import text
 from hubstore import HubStore
 from hubstore.errors import IllegalTransition
 from hubstore.models import AssignJob
-from hubstore.services import assign_hub, assigns, messages
+from hubstore.services import messages
+from hubstore.services.assigns import moves as assigns
+from hubstore.services.assigns import reports as assign_hub
 from tests.factories import AssignJobFactory, bind, unbind
 from tests.helpers import Heard, driver_trace, engine_statements
 

@@ -25,7 +25,7 @@ from hubstore.errors import (
 )
 from hubstore.ids import now_ms
 from hubstore.models import AssignJob, Message
-from hubstore.services.assigns import ConcurrentUpdate, lock_job, move
+from hubstore.services.assigns.moves import ConcurrentUpdate, lock_job, move
 from hubstore.types import AssignEvent, AssignStatus
 from tests.factories import AssignJobFactory
 from tests.helpers import Heard
@@ -873,7 +873,7 @@ def test_a_number_column_holding_text_is_a_hubstore_error(
 
 
 def test_a_put_back_claim_is_queued_again_as_before_the_claim(store: HubStore) -> None:
-    from hubstore.services.assigns import put_back_claim
+    from hubstore.services.assigns.moves import put_back_claim
 
     bare = store.create_assign("lead", "w1", task="t", priority=9)
     dated = store.create_assign("lead", "w1", task="u", priority=1)

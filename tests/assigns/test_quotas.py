@@ -16,8 +16,8 @@ from hubstore import HubStore, ValidationError
 from hubstore.aio import AsyncHubStore
 from hubstore.ids import now_ms
 from hubstore.models import AssignJob
-from hubstore.services.assign_listing import waiting_reason
-from hubstore.services.limits import split_running_room
+from hubstore.services.assigns.limits import split_running_room
+from hubstore.services.assigns.listing import waiting_reason
 from tests.helpers import present
 
 

@@ -14,7 +14,7 @@ from hubstore import DuplicateKey, HubStore, ValidationError
 from hubstore.ids import now_ms
 from hubstore.maintenance import sweep_once
 from hubstore.models import AssignJob
-from hubstore.services.schedules import latest_tick, next_tick
+from hubstore.services.assigns.schedules import latest_tick, next_tick
 from tests.helpers import present
 
 # --- unique jobs ---------------------------------------------------------------------

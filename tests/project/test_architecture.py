@@ -79,7 +79,7 @@ def _string_constants(path: Path) -> set[str]:
 
 def test_services_and_the_transaction_never_test_the_dialects_name() -> None:
     """Dialect differences live in hubstore/dialects (one component per dialect)."""
-    files = [*sorted((PACKAGE / "services").glob("*.py")), PACKAGE / "transaction.py",
+    files = [*sorted((PACKAGE / "services").rglob("*.py")), PACKAGE / "transaction.py",
              PACKAGE / "operations.py", PACKAGE / "uow.py"]
     named = {str(path.relative_to(ROOT)): sorted(_string_constants(path)
                                                  & {"sqlite", "postgresql"})
@@ -103,7 +103,7 @@ def test_services_run_statements_through_the_execution_module_only() -> None:
     """No service reaches past hubstore.execution to the connection, the Session or the
     driver, and none begins a transaction itself (its Scope's unit of work does)."""
     reached = {}
-    for path in sorted((PACKAGE / "services").glob("*.py")):
+    for path in sorted((PACKAGE / "services").rglob("*.py")):
         found = sorted({f"{node.value.id}.{node.attr}"
                         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
                         if isinstance(node, ast.Attribute)
@@ -178,7 +178,7 @@ def exported(sql): return Prepared(select(t))  # called from another module, may
 def test_a_prepared_statement_is_built_once() -> None:
     """Prepared compiles its statement once and keeps it: built per call, it would cost
     more than SQLAlchemy's execution layer, which caches compiled statements by shape."""
-    found = {path.name: names for path in sorted((PACKAGE / "services").glob("*.py"))
+    found = {path.name: names for path in sorted((PACKAGE / "services").rglob("*.py"))
              if (names := prepared_built_per_call(path.read_text(encoding="utf-8")))}
     assert found == {}
 
@@ -277,7 +277,7 @@ def test_the_scanner_finds_each_way_of_reaching_a_private_name() -> None:
 import hubstore._aio_ops
 import hubstore.services.assigns as assigns_module
 from hubstore import HubStore, __version__, aio, migrations
-from hubstore.services import assign_hub
+from hubstore.services.assigns import reports
 from hubstore.services.messages import _poll_statement, poll_statement
 from hubstore._aio_codegen import generate
 
@@ -286,7 +286,7 @@ def test(monkeypatch):
     assigns_module._SELECT.rows()
     hubstore.services.retention._BATCH
     monkeypatch.setattr(migrations, "_dangling_rows", None)
-    getattr(assign_hub, "_CLAIM")
+    getattr(reports, "_CLAIM")
     monkeypatch.setattr("hubstore.connections._restore_mode", None)
     # public, or not the package's: none of these counts
     aio.AsyncHubStore, migrations.upgrade, HubStore._private_method, __version__
@@ -302,7 +302,7 @@ def test(monkeypatch):
         "11: hubstore.services.assigns._SELECT",
         "12: hubstore.services.retention._BATCH",
         "13: hubstore.migrations._dangling_rows (named by string)",
-        "14: hubstore.services.assign_hub._CLAIM (named by string)",
+        "14: hubstore.services.assigns.reports._CLAIM (named by string)",
         "15: 'hubstore.connections._restore_mode'",
     ]
 

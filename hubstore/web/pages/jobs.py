@@ -14,9 +14,9 @@ from starlette.routing import Route
 from hubstore.errors import HubStoreError, RetryExhausted, ValidationError
 from hubstore.ids import now_ms
 from hubstore.models import ASSIGN_STATUSES, AssignJob, AssignLimit
-from hubstore.services.assign_listing import job_waiting_reason
+from hubstore.services.assigns.listing import job_waiting_reason
+from hubstore.services.console_reads import JobFilters
 from hubstore.web.console import back, checked_form, console_of, failed, field, render, when
-from hubstore.web.queries import JobFilters
 
 log = logging.getLogger("hubstore.web")
 REQUESTED_BY = "console"

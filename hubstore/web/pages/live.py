@@ -9,10 +9,10 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from hubstore.errors import HubStoreError
+from hubstore.services.console_reads import with_worker_depths
 from hubstore.validation import require_id
 from hubstore.web.console import console_of, failed
 from hubstore.web.metrics import CONTENT_TYPE_LATEST, exposition
-from hubstore.web.queries import with_worker_depths
 
 #: A comment line this often keeps proxies from closing an idle stream.
 KEEPALIVE_S = 15.0

@@ -45,7 +45,7 @@ from hubstore.ids import now_ms, uuidv7
 from hubstore.jsontype import MAX_JSON_DEPTH
 from hubstore.models import AssignJob, Message, table_of
 from hubstore.results import AssignOutcome
-from hubstore.services.assigns import (
+from hubstore.services.assigns.moves import (
     NOW,
     announce,
     by_column,

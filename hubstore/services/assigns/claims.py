@@ -40,10 +40,10 @@ from hubstore.models import (
     AssignLimitShare,
     table_of,
 )
-from hubstore.services.assign_hub import batch_size
-from hubstore.services.assigns import NOW, announce, running_times
+from hubstore.services.assigns.moves import NOW, announce, running_times
+from hubstore.services.assigns.reports import batch_size
+from hubstore.services.assigns.rescue import rescue_due, rescue_stalled
 from hubstore.services.base import const
-from hubstore.services.timeouts import rescue_due, rescue_stalled
 from hubstore.transaction import Scope, Transaction
 from hubstore.validation import require_id
 

@@ -19,8 +19,8 @@ from hubstore.execution import Prepared
 from hubstore.ids import now_ms
 from hubstore.models import AssignJob, table_of
 from hubstore.results import AssignOutcome
-from hubstore.services.assign_hub import fenced, notify_supervisor, report_assign_result
-from hubstore.services.assigns import NOW, get_assign, lock_job, move
+from hubstore.services.assigns.moves import NOW, get_assign, lock_job, move
+from hubstore.services.assigns.reports import fenced, notify_supervisor, report_assign_result
 from hubstore.services.base import const
 from hubstore.transaction import Scope
 from hubstore.validation import require_id, require_int, require_text

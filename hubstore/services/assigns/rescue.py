@@ -21,8 +21,8 @@ from hubstore import assign_rules as rules
 from hubstore.database import Database
 from hubstore.execution import Prepared, execute, from_row
 from hubstore.models import AssignJob, table_of
-from hubstore.services.assign_hub import finish
-from hubstore.services.assigns import in_sources
+from hubstore.services.assigns.moves import in_sources
+from hubstore.services.assigns.reports import finish
 from hubstore.services.base import const, resolve_now
 from hubstore.transaction import Scope, Transaction
 

@@ -24,8 +24,7 @@ from hubstore.execution import execute, from_row
 from hubstore.ids import now_ms
 from hubstore.models import ASSIGN_STATUSES, Agent, AssignJob, HumanRequest, Message, table_of
 from hubstore.services.stats import counts, jobs_by_worker
-from hubstore.store import HubStore
-from hubstore.transaction import Transaction
+from hubstore.transaction import Scope, Transaction
 
 _jobs = table_of(AssignJob)
 _messages = table_of(Message)
@@ -86,17 +85,17 @@ def read_snapshot(uow: Transaction) -> Snapshot:
                     tuple((s, latest.get(s)) for s in ASSIGN_STATUSES))
 
 
-def snapshot(store: HubStore) -> Snapshot:
+def snapshot(scope: Scope) -> Snapshot:
     """The :class:`Snapshot`, in a read-only unit of work of its own."""
-    with store.transaction(write=False) as uow:
+    with scope.transaction(write=False) as uow:
         return read_snapshot(uow)
 
 
-def with_worker_depths(store: HubStore) -> tuple[Snapshot, list[tuple[str, int, int]]]:
+def with_worker_depths(scope: Scope) -> tuple[Snapshot, list[tuple[str, int, int]]]:
     """The :class:`Snapshot` and (worker, queued, running) for the workers with the most
     queued jobs (revision 0015's trigger-kept counts: no job is read), in one read-only
     unit of work: one reading of the hub, what the overview and /metrics show."""
-    with store.transaction(write=False) as uow:
+    with scope.transaction(write=False) as uow:
         return read_snapshot(uow), jobs_by_worker(uow, MAX_WORKERS)
 
 
@@ -119,10 +118,10 @@ class JobFilters:
         return {k: v or None for k, v in vars(self).items()}
 
 
-def messages_by_id(store: HubStore, ids: list[str]) -> dict[str, Message]:
+def messages_by_id(scope: Scope, ids: list[str]) -> dict[str, Message]:
     """The messages with these ids (primary-key lookups, one statement)."""
     if not ids:
         return {}
-    with store.transaction(write=False) as uow:
+    with scope.transaction(write=False) as uow:
         rows = execute(uow, select(_messages).where(_messages.c.id.in_(ids))).mappings()
         return {str(row["id"]): from_row(Message, row) for row in rows}

@@ -40,8 +40,8 @@ from hubstore.errors import DatabaseBusy, HubStoreError
 from hubstore.execution import Prepared, from_row
 from hubstore.ids import now_ms, uuidv7
 from hubstore.models import ASSIGN_STATUSES, DEDUPLICATED, LIVE_WHERE, AssignJob, table_of
+from hubstore.services.assigns.limits import check_limit_key
 from hubstore.services.base import const
-from hubstore.services.limits import check_limit_key
 from hubstore.transaction import Scope, Transaction
 from hubstore.types import AssignPatch, AssignStatus
 from hubstore.validation import (

@@ -1,0 +1,1 @@
+"""The assign jobs' wing."""
