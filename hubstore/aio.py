@@ -50,8 +50,8 @@ from hubstore.aio_methods import AsyncOperations
 from hubstore.database import AssignListener
 from hubstore.engine import BUSY_TIMEOUT_MS
 from hubstore.models import AssignJob, Message
+from hubstore.services.assigns.batches import MAX_BATCH
 from hubstore.services.assigns.moves import put_back_claim
-from hubstore.services.assigns.reports import MAX_BATCH
 from hubstore.services.waiting import (
     MessageFeed,
     check_batch,

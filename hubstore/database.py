@@ -74,7 +74,7 @@ class Database:
         self.features = Features.detect(engine)
         self.connections = ConnectionSource(engine, busy_timeout_ms=busy_timeout_ms)
         self.assign_listeners: list[AssignListener] = []
-        #: When this store's claims next look for stalled jobs (services/timeouts.py).
+        #: When this store's claims next look for stalled jobs (services/assigns/rescue.py).
         self.rescue_at_ms = 0
         #: The unit of work open in this thread or task, which store calls join.
         self.current_uow: ContextVar[OpenUnitOfWork | None] = ContextVar(

@@ -306,7 +306,7 @@ Index("idx_assign_jobs_deadline", AssignJob.deadline_ms, AssignJob.status)
 class AssignLimit(Base):
     """A quota (revision 0014): at most ``max_running`` of the jobs whose ``limit_key`` is
     ``key`` running at once, and at most ``max_starts`` of them started in any
-    ``per_ms``. Claims skip a job whose key has no room (services/claims.py).
+    ``per_ms``. Claims skip a job whose key has no room (services/assigns/claims.py).
 
     Its running room is split in ``shares`` (:class:`AssignLimitShare`, revision 0017),
     so that claims of one key run side by side, each locking one share; each share
@@ -402,7 +402,7 @@ class AssignLimitRelease(Base):
     stripe: Mapped[int] = mapped_column(Integer, primary_key=True)
     released: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     #: When the latest of them stopped running: a job started in the room it left is
-    #: stamped no earlier (services/claims.py).
+    #: stamped no earlier (services/assigns/claims.py).
     released_at_ms: Mapped[int | None] = mapped_column(Millis)
 
 

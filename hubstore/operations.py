@@ -39,6 +39,7 @@ from hubstore.services import (
 )
 from hubstore.services.assigns import (
     claims,
+    creating,
     limits,
     listing,
     moves,
@@ -110,21 +111,21 @@ class HubOperations:
     discard_dead_letter = dead_letters.discard_dead_letter
 
     # Assign jobs, store level
-    create_assign = moves.create_assign
-    get_assign = moves.get_assign
+    create_assign = creating.create_assign
+    get_assign = creating.get_assign
     update_assign_status = moves.update_assign_status
     list_assigns = listing.list_assigns
     page_assigns = listing.page_assigns
     retry_assign = moves.retry_assign
 
     # Assign jobs, hub rules
-    assign_async = reports.assign_async
+    assign_async = creating.assign_async
     report_assign_result = reports.report_assign_result
     schedule_assign_retry = reports.schedule_assign_retry
     sweep_timed_out_assigns = rescue.sweep_timed_out_assigns
     claim_next_assign = claims.claim_next_assign
     next_due_ms = claims.next_due_ms
-    assign_many = reports.assign_many
+    assign_many = creating.assign_many
     claim_next_assigns = claims.claim_next_assigns
     report_assign_results = reports.report_assign_results
     touch_assign = worker.touch_assign

@@ -66,7 +66,7 @@ def raw_claim_loop(url: str, connected: Callable[[], None]) -> list[str]:
     import psycopg
 
     from hubstore.services.assigns.claims import claim_statement
-    from hubstore.services.assigns.reports import finish_with_event
+    from hubstore.services.assigns.handoffs import finish_with_event
 
     dialect = create_engine(url).dialect  # the URL's own (psycopg), as hubstore compiles
     claim_sql, _, claim_bound = driver_statement(claim_statement(dialect_for("postgresql")),

@@ -31,15 +31,15 @@ from hubstore.errors import AssignNotFound, ValidationError, describe
 from hubstore.execution import Prepared, from_row
 from hubstore.ids import now_ms
 from hubstore.models import TOPIC_FEED_WHERE, AssignJob, Message, MessageLog, table_of
+from hubstore.services.assigns.batches import MAX_BATCH
 from hubstore.services.assigns.claims import (
     claim_next_assign,
     claim_next_assigns,
     claimable,
     next_due_ms,
 )
+from hubstore.services.assigns.creating import get_assign
 from hubstore.services.assigns.limits import full_limits
-from hubstore.services.assigns.moves import get_assign
-from hubstore.services.assigns.reports import MAX_BATCH
 from hubstore.services.assigns.rescue import next_rescue_ms, take_back_stalled
 from hubstore.services.messages import feed_topics
 from hubstore.transaction import Scope, Transaction, open_transaction

@@ -25,7 +25,8 @@ from hubstore.errors import (
 )
 from hubstore.ids import now_ms
 from hubstore.models import AssignJob, Message
-from hubstore.services.assigns.moves import ConcurrentUpdate, lock_job, move
+from hubstore.services.assigns.moves import move
+from hubstore.services.assigns.rows import ConcurrentUpdate, lock_job
 from hubstore.types import AssignEvent, AssignStatus
 from tests.factories import AssignJobFactory
 from tests.helpers import Heard

@@ -2,7 +2,7 @@
 
 A claim is one guarded statement (PostgreSQL: ``FOR UPDATE SKIP LOCKED``, one round
 trip in autocommit; SQLite: under the database write lock), so two claimers never get
-the same job. When this store's look for stalled jobs is due (services/timeouts.py),
+the same job. When this store's look for stalled jobs is due (assigns/rescue.py),
 the claim runs in a transaction that first takes them back, so a crashed worker's job
 is retried (or finished) without a sweeper of the application's own.
 """
@@ -40,9 +40,10 @@ from hubstore.models import (
     AssignLimitShare,
     table_of,
 )
-from hubstore.services.assigns.moves import NOW, announce, running_times
-from hubstore.services.assigns.reports import batch_size
+from hubstore.services.assigns.batches import batch_size
+from hubstore.services.assigns.moves import NOW, running_times
 from hubstore.services.assigns.rescue import rescue_due, rescue_stalled
+from hubstore.services.assigns.rows import announce
 from hubstore.services.base import const
 from hubstore.transaction import Scope, Transaction
 from hubstore.validation import require_id

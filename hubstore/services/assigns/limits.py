@@ -2,7 +2,7 @@
 
 A limit bounds the jobs whose ``limit_key`` is its key: at most ``max_running`` running
 at once, at most ``max_starts`` started in any ``per_ms``. Claims start a job only when
-its key has room (services/claims.py). The running room is split in shares (revision
+its key has room (assigns/claims.py). The running room is split in shares (revision
 0017), each counting the jobs started in it, so that claims of one key lock different
 rows and run side by side; the key's releases are counted in a few rows of their own
 (so that finishing jobs never wait for a row claims lock), its recent start times in

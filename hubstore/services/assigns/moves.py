@@ -1,105 +1,75 @@
-"""Assign jobs at store level: create, read, list, move and retry.
+"""The state machine's moves as SQL, beside the rules they compute (hubstore/assign_rules.py).
 
-Every move locks the row (SELECT ... FOR UPDATE on PostgreSQL; SQLite's writing units
-of work hold the database write lock from BEGIN IMMEDIATE), checks the transition table,
-and writes with a compare-and-set UPDATE guarded by the status and attempt it read.
-The routine moves of update_assign_status skip the read: one UPDATE whose WHERE names the
-statuses they start from and whose SET computes what the rules write (``_direct_move``).
-
-Rows are read and written with Core statements built once, and handed out as transient
-``AssignJob`` instances (``from_row``): on SQLite every write holds the one database
-write lock, so the time spent inside it is what limits many processes.
+Every move locks the row (SELECT ... FOR UPDATE on PostgreSQL; SQLite's writing
+transactions hold the database write lock from BEGIN IMMEDIATE), checks the transition
+table, and writes with a compare-and-set UPDATE guarded by the status and attempt it read
+(``move``, ``retry``). The routine moves skip the read: one UPDATE whose WHERE names the
+statuses they start from (``rules.moving_sources``) and whose SET computes what
+``rules.next_values`` writes: the direct move of ``update_assign_status``, a worker's
+routine final report (``finish_statement``), the put-back of a claim
+(``rules.put_back_values``), and the claim's start (``running_times``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
 import functools
-from collections.abc import Callable, Iterator
 from typing import Any, Unpack
 
 from sqlalchemy import (
     BigInteger,
     BindParameter,
     ColumnElement,
+    Integer,
     Text,
     and_,
     bindparam,
     case,
-    insert,
     or_,
-    select,
-    text,
     update,
 )
 
 from hubstore import assign_rules as rules
 from hubstore.dialects import SqlDialect
-from hubstore.errors import DatabaseBusy, HubStoreError
-from hubstore.execution import Prepared, from_row
-from hubstore.ids import now_ms, uuidv7
-from hubstore.models import ASSIGN_STATUSES, DEDUPLICATED, LIVE_WHERE, AssignJob, table_of
-from hubstore.services.assigns.limits import check_limit_key
+from hubstore.execution import Prepared
+from hubstore.ids import now_ms
+from hubstore.models import ASSIGN_STATUSES, AssignJob, table_of
+from hubstore.services.assigns.rows import (
+    NAME_OF,
+    announce,
+    computed_from,
+    lock_job,
+    snapshot,
+    write_guarded,
+)
 from hubstore.services.base import const
 from hubstore.transaction import Scope, Transaction
 from hubstore.types import AssignPatch, AssignStatus
 from hubstore.validation import (
-    as_number,
-    clamp,
     counter,
     json_value,
-    lookup_key,
-    optional_id,
     optional_int,
     require_duration,
     require_enum,
     require_id,
-    require_int,
     require_key,
     require_text,
     require_time,
 )
 
 _jobs = table_of(AssignJob)
-#: Attribute key -> column name (they differ for the JSON columns: payload -> payload_json).
-_NAME_OF: dict[str, str] = {
-    attr.key: str(attr.columns[0].name) for attr in AssignJob.__mapper__.column_attrs}
-_COLUMNS = list(_NAME_OF)
-
-_BY_ID = select(_jobs).where(_jobs.c.job_id == bindparam("p_job_id"))
-_SELECT = Prepared(_BY_ID, _jobs)
-# SQLite renders no FOR UPDATE: its write lock serves.
-_LOCK = Prepared(_BY_ID.with_for_update(), _jobs)
-_INSERT_ROW = insert(_jobs).values({c.name: bindparam(c.name) for c in _jobs.c})
-_INSERT = Prepared(_INSERT_ROW, _jobs)
-#: The queued or running job that holds a unique key.
-_LIVE_WITH_KEY = Prepared(
-    select(_jobs).where(_jobs.c.unique_key == bindparam("p_unique_key", type_=Text),
-                        _jobs.c.status.in_([const("queued"), const("running")])), _jobs)
-#: How often an assign with a unique key tries again when the job that held the key
-#: ended between its insert (which found the key held) and its read of that job.
-UNIQUE_TRIES = 5
-_GUARDS = frozenset({"p_job_id", "p_status", "p_attempt"})
 
 
-@functools.cache
-def _cas(columns: frozenset[str]) -> Prepared:
-    """The guarded compare-and-set that writes ``columns``, built once per column set
-    (only the columns that change are written, so untouched indexes stay untouched)."""
-    stmt = (update(_jobs)
-            .where(_jobs.c.job_id == bindparam("p_job_id"),
-                   _jobs.c.status == bindparam("p_status"),
-                   _jobs.c.attempt == bindparam("p_attempt"))
-            .values({name: bindparam(name) for name in sorted(columns)})
-            .returning(*_jobs.c))
-    return Prepared(stmt, _jobs)
+_c = _jobs.c
 
 
 #: The moves _direct_move makes, and the patch fields it writes as given (no rule
 #: reads them).
 DIRECT_TARGETS = frozenset({"running", *rules.TERMINAL})
+
+
 _PLAIN_PATCH = frozenset({"result", "error", "last_message_id"})
+
+
 #: The time of a move, bound once per statement.
 NOW: BindParameter[int] = bindparam("p_now", type_=BigInteger)
 
@@ -184,7 +154,7 @@ def _direct_move(sql: SqlDialect, target: str, fields: frozenset[str]) -> Prepar
     values: dict[str, Any] = {"status": const(target), "updated_at_ms": NOW}
     values.update(running_times() if target == "running" else terminal_times())
     for name in sorted(fields):
-        column = c[_NAME_OF[name]]
+        column = c[NAME_OF[name]]
         values[column.name] = bindparam(name, type_=column.type)
     stmt = (update(_jobs)
             .where(c.job_id == bindparam("p_job_id"), in_sources(rules.moving_sources(target)),
@@ -194,53 +164,46 @@ def _direct_move(sql: SqlDialect, target: str, fields: frozenset[str]) -> Prepar
     return Prepared(stmt, _jobs)
 
 
-class ConcurrentUpdate(HubStoreError):
-    """A guarded update found the row changed under it (a bug: rows are locked first)."""
-
-    code = "ASSIGN_CONCURRENT_UPDATE"
-
-
-def snapshot(job: AssignJob) -> dict[str, Any]:
-    """The job's attributes as a plain mapping (listeners get a copy made from it, the
-    row as it was at that move)."""
-    loaded = job.__dict__  # (read past the instrumented attributes: 24 per snapshot)
-    return {key: loaded[key] if key in loaded else getattr(job, key) for key in _COLUMNS}
-
-
-def by_column(values: dict[str, Any]) -> dict[str, Any]:
-    """Attribute-keyed values keyed by column name, as Core parameters."""
-    return {_NAME_OF[key]: value for key, value in values.items()}
-
-
-def frozen_copy(job: AssignJob) -> AssignJob:
-    """A copy of the row as it is now, for a listener: what it is told about must not
-    change when a later move in the same unit of work, or the caller, changes the job."""
-    return from_row(AssignJob, by_column(copy.deepcopy(snapshot(job))))
-
-
-def announce(uow: Transaction, job: AssignJob) -> None:
-    """Queue the job's status event for the listeners, told after the commit.
-
-    Without listeners (subscribed when the move is made) there is nothing to copy.
+@functools.cache
+def finish_statement(sql: SqlDialect, retryable: bool) -> Prepared:
+    """A worker's final report in one guarded statement, for the common case: the job
+    is queued or running, on the reported attempt, for the reporting worker, (for a
+    failure) has no retry left, and its row is one the rules leave as it is (as the
+    direct move's). Anything else matches no row and takes the
+    general path.
     """
-    if uow.db.assign_listeners:
-        uow.emit_assign_event(rules.status_event(snapshot(job)), frozen_copy(job))
+    worker: BindParameter[str] = bindparam("p_worker", type_=Text)
+    attempt: BindParameter[int] = bindparam("p_attempt", type_=Integer)
+    no_retry = _c.retry_count >= _c.max_retries if retryable else None
+    return Prepared(
+        update(_jobs)
+        .where(_c.job_id == bindparam("p_job_id"),
+               *routine_guards(sql, worker, attempt, no_retry))
+        .values(finished_values(bindparam("p_status"),
+                          bindparam("p_result", type_=_c.result_json.type),
+                          bindparam("p_error", type_=_c.error_json.type)))
+        .returning(*_c), _jobs)
 
 
-def lock_job(uow: Transaction, job_id: str) -> AssignJob | None:
-    """The job, freshly read and locked for this transaction."""
-    return _LOCK.instance(uow, {"p_job_id": job_id}, AssignJob)
+def routine_guards(sql: SqlDialect, worker: Any, attempt: Any, no_retry: Any,
+                    columns: Any = _c) -> list[ColumnElement[bool]]:
+    """Where a final report is routine (see finish_statement): the job is active, the
+    reporting ``worker``'s and on the reported ``attempt`` (SQL expressions, NULL for
+    any), ``no_retry`` holds (None: nothing to check), and its row is one the rules
+    leave as it is. ``columns``: the job row's (default: assign_jobs')."""
+    return [in_sources(rules.ACTIVE, columns),
+            or_(worker.is_(None), columns.worker_agent == worker),
+            or_(attempt.is_(None), columns.attempt == attempt),
+            *([] if no_retry is None else [no_retry]),
+            *kept_by_rules(sql, columns)]
 
 
-def write_guarded(uow: Transaction, job: AssignJob, changes: dict[str, Any]) -> AssignJob:
-    """UPDATE the job's ``changes`` where it still has the status and attempt read in
-    ``job``; ConcurrentUpdate when it does not (the row lock makes that a bug)."""
-    params = by_column(changes)
-    params.update(p_job_id=job.job_id, p_status=job.status, p_attempt=job.attempt)
-    moved = _cas(frozenset(params) - _GUARDS).instance(uow, params, AssignJob)
-    if moved is None:
-        raise ConcurrentUpdate(f"assign job {job.job_id} changed while it was being moved")
-    return moved
+def finished_values(status: Any, result: Any, error: Any) -> dict[str, Any]:
+    """The SET of a routine final report: the status, result and error given (SQL
+    expressions), updated now, and the terminal times; the job's limit share forgotten
+    (as revision 0017's trigger would)."""
+    return {"status": status, "result_json": result, "error_json": error,
+            "updated_at_ms": NOW, "limit_share": None, **terminal_times()}
 
 
 def _same(old: Any, new: Any) -> bool:
@@ -303,163 +266,6 @@ def retry(uow: Transaction, job: AssignJob, patch: dict[str, Any], now: int | No
     with computed_from(job):
         changes = rules.retry_patch(snapshot(job), patch, now)
     return move(uow, job, "queued", changes, via_retry=True, now=now)
-
-
-@contextlib.contextmanager
-def computed_from(job: AssignJob) -> Iterator[None]:
-    """Rules computed from a locked job's row. A TypeError there is the row's: a number
-    column holding text, which only a hand edit can store (SQLite keeps any type it is
-    given). It is raised as a HubStoreError naming the job, before anything is written."""
-    try:
-        yield
-    except TypeError as exc:
-        raise HubStoreError(
-            f"assign job {job.job_id!r} cannot be moved: its row holds a value of the "
-            f"wrong type ({exc}); correct the row first") from exc
-
-
-@functools.cache
-def _insert_unless_held(sql: SqlDialect) -> Prepared:
-    """The INSERT of a job with a unique key, which writes nothing when a queued or
-    running job holds the key (revision 0014's partial unique index; PostgreSQL waits
-    for a transaction inserting the same key, then sees its outcome)."""
-    return Prepared(
-        sql.insert(_jobs).values({c.name: bindparam(c.name) for c in _jobs.c})
-        .on_conflict_do_nothing(index_elements=[_jobs.c.unique_key],
-                                index_where=text(LIVE_WHERE))
-        .returning(*_jobs.c), _jobs)
-
-
-def insert_job(uow: Transaction, row: dict[str, Any]) -> AssignJob:
-    """Write the job ``row`` (attribute-keyed) and return it; with a unique key that a
-    queued or running job holds, write nothing and return that job instead, its
-    ``deduplicated`` True. Listeners hear of a job written (after the commit)."""
-    key = row["unique_key"]
-    if key is None:
-        job = _INSERT.inserted(uow, by_column(row), AssignJob)
-        announce(uow, job)
-        return job
-    for _ in range(UNIQUE_TRIES):
-        written = _insert_unless_held(uow.sql).instance(uow, by_column(row), AssignJob)
-        if written is not None:
-            announce(uow, written)
-            return written
-        held = _LIVE_WITH_KEY.instance(uow, {"p_unique_key": key}, AssignJob)
-        if held is not None:
-            held.__dict__[DEDUPLICATED] = True
-            return held
-    raise DatabaseBusy(f"unique_key {key!r} changed hands {UNIQUE_TRIES} times while a job "
-                       "was being written with it; try again")
-
-
-def create_assign(scope: Scope, supervisor_agent: str, worker_agent: str,
-                  topic: str = "assign.job", task: str = "", payload: Any = None,
-                  status: AssignStatus = "queued", attempt: int = 1, retry_count: int = 0,
-                  max_retries: int = 0, priority: object = 5, ttl_ms: object = 600_000,
-                  timeout_ms: object = 600_000, deadline_ms: int | None = None,
-                  trace_id: str | None = None, correlation_id: str | None = None,
-                  last_message_id: str | None = None, result: Any = None,
-                  error: Any = None, job_id: str | None = None,
-                  not_before_ms: int | None = None, retry_backoff_ms: int = 0,
-                  limit_key: str | None = None, unique_key: str | None = None) -> AssignJob:
-    """A new job. Priority, timeout and ttl are clamped, as in the reference
-    (JavaScript's Number() reads them: a non-number falls back to the default).
-
-    The counters follow the reference's ``Math.max(1, Number(attempt) || 1)`` (and 0
-    for retry_count and max_retries), but a count that is not a whole number is
-    refused. ``topic`` and ``task`` must be strings (None or "" for the default).
-    A payload that is None (or a JavaScript-falsy 0, "" or False) is stored as {}.
-
-    hubstore's own (not in the reference): ``not_before_ms``, a time before which the
-    job is not claimed (its default deadline counts from then); ``retry_backoff_ms``,
-    how long its first retry waits before it may be claimed again (each later retry
-    twice as long as the one before, at most 24 hours); ``limit_key``, the assign
-    limit it counts against (``set_assign_limit``; None: unlimited); ``unique_key``,
-    a key no two queued or running jobs share: while one holds it, this call writes
-    nothing and returns that job, its ``deduplicated`` True.
-    """
-    make_row = new_job(
-        supervisor_agent, worker_agent, topic, task, payload, status, attempt,
-        retry_count, max_retries, priority, ttl_ms, timeout_ms, deadline_ms, trace_id,
-        correlation_id, last_message_id, result, error, job_id, not_before_ms,
-        retry_backoff_ms, limit_key, unique_key)
-    # (one INSERT ... RETURNING; with a unique key, a look for its holder may follow)
-    with (scope.one_statement() if unique_key is None else scope.transaction()) as uow:
-        return insert_job(uow, make_row(now_ms()))
-
-
-def new_job(supervisor_agent: str, worker_agent: str, topic: str = "assign.job",
-            task: str = "", payload: Any = None, status: AssignStatus = "queued",
-            attempt: int = 1, retry_count: int = 0, max_retries: int = 0,
-            priority: object = 5, ttl_ms: object = 600_000, timeout_ms: object = 600_000,
-            deadline_ms: int | None = None, trace_id: str | None = None,
-            correlation_id: str | None = None, last_message_id: str | None = None,
-            result: Any = None, error: Any = None, job_id: str | None = None,
-            not_before_ms: int | None = None, retry_backoff_ms: int = 0,
-            limit_key: str | None = None, unique_key: str | None = None
-            ) -> Callable[[int], dict[str, Any]]:
-    """create_assign's arguments checked (ValidationError before anything is written),
-    and the function that makes the job's row (attribute-keyed) at a given time."""
-    require_id(supervisor_agent, "supervisor_agent")
-    require_id(worker_agent, "worker_agent")
-    require_enum(status, ASSIGN_STATUSES, "status")
-    body = json_value(payload, "payload", default={})
-    json_value(result, "result")
-    json_value(error, "error")
-    optional_id(job_id, "job_id")
-    optional_id(trace_id, "trace_id")
-    optional_id(correlation_id, "correlation_id")
-    optional_id(last_message_id, "last_message_id")
-    topic = require_key(topic, "topic") if topic else "assign.job"
-    task = require_text(task, "task") if task else ""
-    first_attempt = counter(attempt, "attempt", default=1, minimum=1)
-    retries = counter(retry_count, "retry_count", default=0, minimum=0)
-    retry_limit = counter(max_retries, "max_retries", default=0, minimum=0)
-    timeout = rules.clamp_timeout(timeout_ms)
-    not_before = None if not_before_ms is None else require_time(not_before_ms,
-                                                                   "not_before_ms")
-    backoff = require_duration(retry_backoff_ms, "retry_backoff_ms")
-    if limit_key is not None:
-        check_limit_key(limit_key)
-    if unique_key is not None:
-        require_id(unique_key, "unique_key")
-    deadline = None if deadline_ms is None else as_number(deadline_ms)
-    if deadline is not None:
-        deadline = require_int(int(deadline), "deadline_ms")
-    def make_row(now: int) -> dict[str, Any]:
-        return {
-            "job_id": job_id or uuidv7(),
-            "supervisor_agent": supervisor_agent, "worker_agent": worker_agent,
-            "topic": topic, "task": task,
-            # The reference's `payload || {}`: JavaScript's falsy values become {},
-            # but [] (truthy there) stays [].
-            "payload": {} if body in (0, "", False) else body,
-            "status": status,
-            "attempt": first_attempt,
-            "retry_count": retries,
-            "max_retries": retry_limit,
-            "priority": clamp(priority, 5, 1, 9),
-            "ttl_ms": rules.clamp_timeout(ttl_ms, timeout), "timeout_ms": timeout,
-            "deadline_ms": (int(deadline) if deadline is not None
-                            else max(now, not_before or now) + timeout),
-            "trace_id": trace_id or uuidv7(), "correlation_id": correlation_id or uuidv7(),
-            "last_message_id": last_message_id, "result": result, "error": error,
-            "created_at_ms": now, "updated_at_ms": now,
-            "started_at_ms": now if status == "running" else None,
-            "completed_at_ms": now if status in rules.TERMINAL else None,
-            "last_retry_at_ms": now if retries > 0 else None,
-            "not_before_ms": not_before, "retry_backoff_ms": backoff,
-            "limit_key": limit_key, "unique_key": unique_key, "limit_share": None,
-        }
-
-    return make_row
-
-
-def get_assign(scope: Scope, job_id: str) -> AssignJob | None:
-    """The job, or None."""
-    lookup_key(job_id, "job_id")
-    with scope.one_read() as uow:
-        return _SELECT.instance(uow, {"p_job_id": job_id}, AssignJob)
 
 
 def update_assign_status(scope: Scope, job_id: str, status: AssignStatus,

@@ -1,27 +1,22 @@
-"""The hub's assign-job rules: dispatch, worker reports, retries, the timeout sweep
-and claiming, each in one transaction and safe when many processes race."""
+"""Reports and retries: a worker's reports (one, or a batch), the finish that retries a
+failure with retries left, and an operator's retry.
+"""
 
 from __future__ import annotations
 
 import functools
-import inspect
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from sqlalchemy import (
     ARRAY,
     BigInteger,
-    BindParameter,
-    ColumnElement,
     Integer,
     Text,
-    Update,
     any_,
     bindparam,
     column,
     func,
-    insert,
-    literal_column,
     or_,
     select,
     update,
@@ -38,32 +33,28 @@ from hubstore.errors import (
     StaleAttempt,
     ValidationError,
     WorkerMismatch,
-    describe,
 )
-from hubstore.execution import Prepared, from_row
+from hubstore.execution import Prepared
 from hubstore.ids import now_ms, uuidv7
-from hubstore.jsontype import MAX_JSON_DEPTH
-from hubstore.models import AssignJob, Message, table_of
+from hubstore.models import AssignJob, table_of
 from hubstore.results import AssignOutcome
-from hubstore.services.assigns.moves import (
-    NOW,
-    announce,
-    by_column,
-    computed_from,
-    create_assign,
-    in_sources,
-    insert_job,
-    kept_by_rules,
-    lock_job,
-    move,
-    new_job,
-    retry,
-    snapshot,
-    terminal_times,
-    write_guarded,
+from hubstore.services.assigns.batches import batch_items
+from hubstore.services.assigns.handoffs import (
+    completed_event,
+    completed_outcome,
+    dispatch,
+    finish_with_event,
+    notify_supervisor,
 )
+from hubstore.services.assigns.moves import (
+    finish_statement,
+    finished_values,
+    move,
+    retry,
+    routine_guards,
+)
+from hubstore.services.assigns.rows import announce, computed_from, lock_job
 from hubstore.services.base import const, resolve_now
-from hubstore.services.messages import message_row, record_message
 from hubstore.transaction import Scope, Transaction
 from hubstore.validation import (
     json_value,
@@ -72,117 +63,16 @@ from hubstore.validation import (
     refuse_unknown,
     require_bool,
     require_id,
-    require_int,
     require_text,
 )
 
-EVENT_TOPIC = "assign.result"
-#: A supervisor event's priority is at least this (the reference's Math.max(5, priority)).
-EVENT_MIN_PRIORITY = 5
-_jobs = table_of(AssignJob)
-_messages = table_of(Message)
-#: The hub's messages hold a job's payload, result or error one level down.
-ENVELOPE_DEPTH = MAX_JSON_DEPTH + 1
 #: The keys of one report of report_assign_results.
 REPORT_FIELDS = frozenset({"job_id", "status", "worker_agent", "attempt", "result", "error",
                            "metadata"})
-#: The keyword arguments assign_async passes on to create_assign.
-CREATE_FIELDS = frozenset(inspect.signature(create_assign).parameters) - {
-    "scope", "supervisor_agent", "worker_agent"}
 
 
-def handoff_fields(job: Mapping[str, Any], reason: str) -> dict[str, Any]:
-    """The handoff message that dispatches ``job`` (its attribute-keyed values) to its
-    worker, as the reference writes it: from the supervisor on the job's topic, with the
-    job's priority, ttl, trace and correlation ids; payload kind 'assign.job'."""
-    return {"type": "handoff", "from_agent": job["supervisor_agent"],
-            "to_agent": job["worker_agent"], "topic": job["topic"],
-            "priority": job["priority"], "ttl_ms": job["ttl_ms"], "trace_id": job["trace_id"],
-            "correlation_id": job["correlation_id"], "status": "queued",
-            "payload": {
-                "kind": "assign.job", "reason": reason, "assign_job_id": job["job_id"],
-                "attempt": job["attempt"], "retry_count": job["retry_count"],
-                "max_retries": job["max_retries"], "timeout_ms": job["timeout_ms"],
-                "supervisor_agent": job["supervisor_agent"],
-                "worker_agent": job["worker_agent"], "task": job["task"],
-                "payload": job["payload"]}}
-
-
-def dispatch(uow: Transaction, job: AssignJob, reason: str, now: int | None = None
-             ) -> AssignJob:
-    """Record the handoff message to the worker and point last_message_id at it (the
-    job updated at ``now``, else the clock)."""
-    message = record_message(uow, **handoff_fields(snapshot(job), reason),
-                             max_depth=ENVELOPE_DEPTH)
-    return write_guarded(uow, job, {"last_message_id": message.id,
-                                    "updated_at_ms": now_ms() if now is None else now})
-
-
-@functools.cache
-def _jobs_with_handoffs(sql: SqlDialect) -> Prepared:
-    """New jobs and their handoff messages, any number, in one statement (the messages'
-    INSERT in the WITH clause), each table's rows bound as one JSON array: one round
-    trip in autocommit, and the same statement text (so the same server-side plan) for
-    one job or a thousand. Where the dialect has no JSON rows (json_rows), None."""
-    jobs, messages = sql.json_rows(_jobs, "p_jobs"), sql.json_rows(_messages, "p_messages")
-    assert jobs is not None and messages is not None
-    return Prepared(
-        insert(_jobs).from_select(list(_jobs.c), jobs)
-        .add_cte(insert(_messages).from_select(list(_messages.c), messages).cte("handoffs"))
-        .returning(*_jobs.c), _jobs)
-
-
-def create_and_dispatch(uow: Transaction, rows: Sequence[dict[str, Any]]) -> list[AssignJob]:
-    """New jobs (their attribute-keyed rows) and their handoff messages, written in one
-    statement (the rows assign_async's two steps write; where the dialect has JSON
-    rows), the jobs in the order of ``rows``. The handoff's payload holds the job's
-    checked values one level down (ENVELOPE_DEPTH), so it needs no check of its own:
-    the rows' JSON is checked once more as it is written."""
-    jobs: list[dict[str, Any]] = []
-    messages: list[dict[str, Any]] = []
-    for row in rows:
-        message_id = uuidv7()
-        row = {**row, "last_message_id": message_id}
-        fields = handoff_fields(row, "create")
-        jobs.append(by_column(row))
-        messages.append(message_row(message_id, row["created_at_ms"], **fields))
-    made = {job.job_id: job for job in _jobs_with_handoffs(uow.sql).instances(
-        uow, {"p_jobs": jobs, "p_messages": messages}, AssignJob)}
-    ordered = [made[row["job_id"]] for row in jobs]
-    for job in ordered:
-        announce(uow, job)
-    return ordered
-
-
-#: The job fields of a supervisor event (the reference's buildAssignSnapshot).
-SNAPSHOT_FIELDS = (
-    "job_id", "supervisor_agent", "worker_agent", "topic", "task", "status", "attempt",
-    "retry_count", "max_retries", "timeout_ms", "deadline_ms", "trace_id", "correlation_id",
-    "last_message_id", "result", "error", "updated_at_ms", "completed_at_ms",
-)
-
-
-def job_snapshot(job: AssignJob) -> dict[str, Any]:
-    """The job as the reference shows it in events."""
-    return {name: getattr(job, name) for name in SNAPSHOT_FIELDS}
-
-
-def event_fields(job: AssignJob, event: str, **extra: Any) -> dict[str, Any]:
-    """The supervisor's event message about ``job``, as the reference writes it: from the
-    worker to the supervisor on EVENT_TOPIC, priority at least EVENT_MIN_PRIORITY, the
-    job's ttl, trace and correlation ids; payload {event, the job's snapshot, extra}.
-    (finish_with_event writes the same message in SQL.)"""
-    return {"type": "event", "from_agent": job.worker_agent, "to_agent": job.supervisor_agent,
-            "topic": EVENT_TOPIC, "priority": max(EVENT_MIN_PRIORITY, job.priority),
-            "ttl_ms": job.ttl_ms, "trace_id": job.trace_id,
-            "correlation_id": job.correlation_id, "status": "queued",
-            "payload": {"event": event, **job_snapshot(job), **extra}}
-
-
-def notify_supervisor(uow: Transaction, job: AssignJob, event: str,
-                      **extra: Any) -> Message:
-    """Record the event message (event_fields) from the worker to the supervisor."""
-    return record_message(uow, **event_fields(job, event, **extra), max_depth=ENVELOPE_DEPTH)
+_jobs = table_of(AssignJob)
+_c = _jobs.c
 
 
 def finish(uow: Transaction, job: AssignJob, target: str, patch: dict[str, Any],
@@ -207,92 +97,6 @@ def finish(uow: Transaction, job: AssignJob, target: str, patch: dict[str, Any],
                          notify_supervisor(uow, job, "completed", **completed_extra))
 
 
-_c = _jobs.c
-#: The most jobs one batch call takes.
-MAX_BATCH = 1_000
-
-
-@functools.cache
-def _finish_statement(sql: SqlDialect, retryable: bool) -> Prepared:
-    """A worker's final report in one guarded statement, for the common case: the job
-    is queued or running, on the reported attempt, for the reporting worker, (for a
-    failure) has no retry left, and its row is one the rules leave as it is (as the
-    direct move's, services/assigns.py). Anything else matches no row and takes the
-    general path.
-    """
-    worker: BindParameter[str] = bindparam("p_worker", type_=Text)
-    attempt: BindParameter[int] = bindparam("p_attempt", type_=Integer)
-    no_retry = _c.retry_count >= _c.max_retries if retryable else None
-    return Prepared(
-        update(_jobs)
-        .where(_c.job_id == bindparam("p_job_id"),
-               *_routine_guards(sql, worker, attempt, no_retry))
-        .values(_finished(bindparam("p_status"),
-                          bindparam("p_result", type_=_c.result_json.type),
-                          bindparam("p_error", type_=_c.error_json.type)))
-        .returning(*_c), _jobs)
-
-
-def _routine_guards(sql: SqlDialect, worker: Any, attempt: Any, no_retry: Any,
-                    columns: Any = _c) -> list[ColumnElement[bool]]:
-    """Where a final report is routine (see _finish_statement): the job is active, the
-    reporting ``worker``'s and on the reported ``attempt`` (SQL expressions, NULL for
-    any), ``no_retry`` holds (None: nothing to check), and its row is one the rules
-    leave as it is. ``columns``: the job row's (default: assign_jobs')."""
-    return [in_sources(rules.ACTIVE, columns),
-            or_(worker.is_(None), columns.worker_agent == worker),
-            or_(attempt.is_(None), columns.attempt == attempt),
-            *([] if no_retry is None else [no_retry]),
-            *kept_by_rules(sql, columns)]
-
-
-def _finished(status: Any, result: Any, error: Any) -> dict[str, Any]:
-    """The SET of a routine final report: the status, result and error given (SQL
-    expressions), updated now, and the terminal times; the job's limit share forgotten
-    (as revision 0017's trigger would)."""
-    return {"status": status, "result_json": result, "error_json": error,
-            "updated_at_ms": NOW, "limit_share": None, **terminal_times()}
-
-
-def _snapshot_json(done: Any) -> Any:
-    """jsonb_build_object of the 'completed' event's payload, from the finished row:
-    what notify_supervisor writes ({event, job_snapshot(job)}), built by the server."""
-    columns = AssignJob.__mapper__.column_attrs
-    parts: list[Any] = [literal_column("'event'"), literal_column("'completed'")]
-    for name in SNAPSHOT_FIELDS:
-        parts += [literal_column(f"'{name}'"), done.c[columns[name].columns[0].name]]
-    return func.jsonb_build_object(*parts)
-
-
-def _completed_event(done: Any, m_id: Any, m_corr: Any, m_trace: Any) -> Any:
-    """The INSERT of the 'completed' event message (as notify_supervisor writes it) of
-    each finished row of the WITH query ``done``; its id, and the correlation and trace
-    ids a row without its own gets, are the SQL expressions given."""
-    d = done.c
-    return insert(_messages).from_select(
-        ["id", "type", "from_agent", "to_agent", "topic", "priority", "ttl_ms",
-         "created_at_ms", "expires_at_ms", "correlation_id", "trace_id", "payload_json",
-         "status"],
-        select(m_id, literal_column("'event'"), d.worker_agent,
-               d.supervisor_agent, literal_column(f"'{EVENT_TOPIC}'"),
-               func.greatest(EVENT_MIN_PRIORITY, d.priority), d.ttl_ms, NOW, NOW + d.ttl_ms,
-               func.coalesce(func.nullif(d.correlation_id, ""), m_corr),
-               func.coalesce(func.nullif(d.trace_id, ""), m_trace),
-               _snapshot_json(done), literal_column("'queued'"))
-    ).cte("event")
-
-
-@functools.cache
-def finish_with_event(sql: SqlDialect, retryable: bool) -> Prepared:
-    """PostgreSQL: the routine final report and its 'completed' event message (as
-    notify_supervisor writes it) in one statement, so that a unit of work in autocommit
-    finishes a job in one round trip. Returns the finished job's row, or none."""
-    done = cast(Update, _finish_statement(sql, retryable).statement).cte("done")
-    event = _completed_event(done, bindparam("m_id", type_=Text), bindparam("m_corr"),
-                             bindparam("m_trace"))
-    return Prepared(select(done).add_cte(event), _jobs)
-
-
 #: The fields of one report of finish_many's JSON records.
 _REPORT_RECORD = (("job_id", Text()), ("status", Text()), ("worker", Text()),
                   ("attempt", BigInteger()), ("result", _c.result_json.type),
@@ -305,7 +109,7 @@ def _finish_many(sql: SqlDialect) -> Prepared | None:
     """PostgreSQL: many routine final reports (on distinct jobs, bound as one JSON array
     ``p_reports``) and their 'completed' events in one statement, all or none: the jobs
     are locked first, in job_id order, and the reports are written only when every one
-    of them (``p_count``) is routine, as _finish_statement's guards say. Returns the
+    of them (``p_count``) is routine, as finish_statement's guards say. Returns the
     finished rows (none when any report needs the general path). None where the dialect
     has no JSON records."""
     records = sql.json_records("p_reports", [column(name, type_) for name, type_
@@ -323,29 +127,17 @@ def _finish_many(sql: SqlDialect) -> Prepared | None:
                               .order_by(_c.job_id).with_for_update(of=_jobs).cte("locked"))
     row = locked.c
     routine = (select(row.job_id).join_from(locked, reports, row.job_id == r.job_id)
-               .where(*_routine_guards(sql, r.worker, r.attempt, or_(
+               .where(*routine_guards(sql, r.worker, r.attempt, or_(
                    r.status == const("succeeded"), row.retry_count >= row.max_retries), row))
                .cte("routine"))
     every_one = (select(func.count()).select_from(routine).scalar_subquery()
                  == bindparam("p_count", type_=Integer))
     done = (update(_jobs)
             .where(_c.job_id == any_(ids), _c.job_id == r.job_id, every_one)
-            .values(_finished(r.status, r.result, r.error))
+            .values(finished_values(r.status, r.result, r.error))
             .returning(*_c, r.m_id, r.m_corr, r.m_trace).cte("done"))
-    event = _completed_event(done, done.c.m_id, done.c.m_corr, done.c.m_trace)
+    event = completed_event(done, done.c.m_id, done.c.m_corr, done.c.m_trace)
     return Prepared(select(*(done.c[c.name] for c in _c)).add_cte(event), _jobs)
-
-
-def _completed(done: AssignJob, message_id: str, now: int, correlation_id: str,
-               trace_id: str) -> AssignOutcome:
-    """The outcome of a routine final report written in SQL: the finished job and the
-    event message the statement wrote (its correlation and trace ids the job's, else
-    the ones given)."""
-    fields = event_fields(done, "completed")
-    fields.update(correlation_id=fields["correlation_id"] or correlation_id,
-                  trace_id=fields["trace_id"] or trace_id)
-    return AssignOutcome(done, "completed",
-                         from_row(Message, message_row(message_id, now, **fields)))
 
 
 def finish_many_routine(uow: Transaction, reports: list[dict[str, Any]]
@@ -372,19 +164,19 @@ def finish_many_routine(uow: Transaction, reports: list[dict[str, Any]]
     for record in records:
         job = done[record["job_id"]]
         announce(uow, job)
-        outcomes.append(_completed(job, record["m_id"], now, record["m_corr"],
+        outcomes.append(completed_outcome(job, record["m_id"], now, record["m_corr"],
                                    record["m_trace"]))
     return outcomes
 
 
 def finish_routine(uow: Transaction, job_id: str, target: str, worker_agent: str | None,
                    attempt: int | None, result: Any, error: Any) -> AssignOutcome | None:
-    """The routine final report (see _finish_statement) and its event, or None (nothing
+    """The routine final report (see finish_statement) and its event, or None (nothing
     written) when the report needs the general path."""
     values = {"p_job_id": job_id, "p_worker": worker_agent or None, "p_attempt": attempt,
               "p_status": target, "p_result": result, "p_error": error, "p_now": now_ms()}
     if not uow.sql.writable_ctes:  # two statements here: the update, then the event
-        done = _finish_statement(uow.sql, target != "succeeded").instance(
+        done = finish_statement(uow.sql, target != "succeeded").instance(
             uow, values, AssignJob)
         if done is None:
             return None
@@ -395,38 +187,8 @@ def finish_routine(uow: Transaction, job_id: str, target: str, worker_agent: str
     if done is None:
         return None
     announce(uow, done)
-    return _completed(done, values["m_id"], values["p_now"], values["m_corr"],
+    return completed_outcome(done, values["m_id"], values["p_now"], values["m_corr"],
                       values["m_trace"])
-
-
-def assign_async(scope: Scope, supervisor_agent: str, worker_agent: str, **fields: Any
-                 ) -> AssignJob:
-    """Create a job and record its dispatch to the worker, in one transaction.
-
-    ``fields`` are create_assign's keyword arguments; an unknown one is a
-    ValidationError (nothing is written). With a ``unique_key`` that a queued or running
-    job holds, nothing is written and that job is returned (``job.deduplicated``)."""
-    check_fields(fields)
-    [job] = assign_rows(scope, [new_job(supervisor_agent, worker_agent, **fields)])
-    return job
-
-
-def assign_rows(scope: Scope, make_rows: Sequence[Callable[[int], dict[str, Any]]]
-            ) -> list[AssignJob]:
-    """Write each job (made by ``make_rows``) and its dispatch, in one transaction; one
-    statement where the dialect writes both at once and no job has a unique key (the
-    jobs one a key holds are returned as found, not written again)."""
-    now = now_ms()
-    rows = [make_row(now) for make_row in make_rows]
-    if scope.sql.writable_ctes and all(row["unique_key"] is None for row in rows):
-        with scope.one_statement() as uow:  # one round trip in autocommit
-            return create_and_dispatch(uow, rows)
-    with scope.transaction() as uow:
-        jobs = []
-        for row in rows:
-            job = insert_job(uow, row)
-            jobs.append(job if job.deduplicated else dispatch(uow, job, "create", now))
-        return jobs
 
 
 def report_assign_result(scope: Scope, job_id: str, status: str, worker_agent: str | None = None,
@@ -529,30 +291,13 @@ def schedule_assign_retry(scope: Scope, job_id: str, reason: str = "manual",
         return job
 
 
-def batch_size(value: object, what: str) -> int:
-    """A batch's size: a whole number in 1..MAX_BATCH."""
-    return require_int(value, what, minimum=1, maximum=MAX_BATCH)
-
-
-def assign_many(scope: Scope, supervisor_agent: str, worker_agent: str,
-                jobs: Sequence[Mapping[str, Any]]) -> list[AssignJob]:
-    """``assign_async`` for each of ``jobs`` (each a mapping of its keyword arguments:
-    task, payload, priority, ...), all in one transaction: every job and its dispatch
-    message, or none of them (a bad one is refused before anything is written)."""
-    items = _batch_items(jobs, "jobs")
-    for item in items:
-        check_fields(item)
-    return assign_rows(scope,
-                       [new_job(supervisor_agent, worker_agent, **item) for item in items])
-
-
 def report_assign_results(scope: Scope, reports: Sequence[Mapping[str, Any]],
                           worker_agent: str | None = None) -> list[AssignOutcome]:
     """``report_assign_result`` for each of ``reports`` (each a mapping of its keyword
     arguments: job_id, status, attempt, result, error, metadata; ``worker_agent`` for
     all of them unless a report names its own), in one transaction: every report, or
     (when one raises) none of them."""
-    items = _batch_items(reports, "reports")
+    items = batch_items(reports, "reports")
     refuse_unknown([key for item in items for key in item], REPORT_FIELDS,
                    "report_assign_results")
     for number, item in enumerate(items, 1):
@@ -589,19 +334,3 @@ def _routine(records: list[dict[str, Any]]) -> bool:
     a job of its own (it still falls back when a job needs the general path)."""
     return (len(records) > 1 and all(record["status"] != "running" for record in records)
             and len({record["job_id"] for record in records}) == len(records))
-
-
-def _batch_items(items: object, what: str) -> list[dict[str, Any]]:
-    """The batch as a list of dicts (refused unless a sequence of mappings, 1..MAX_BATCH)."""
-    if isinstance(items, str | bytes) or not isinstance(items, Sequence):
-        raise ValidationError(f"{what} must be a list of mappings, not {describe(items)}")
-    batch_size(len(items), f"the number of {what}")
-    for item in items:
-        if not isinstance(item, Mapping):
-            raise ValidationError(f"each of {what} must be a mapping, not {describe(item)}")
-    return [dict(item) for item in items]
-
-
-def check_fields(fields: Mapping[str, Any], what: str = "assign_async") -> None:
-    """Refuse keyword arguments create_assign does not take (ValidationError)."""
-    refuse_unknown(fields, CREATE_FIELDS, what)

@@ -24,9 +24,8 @@ from hubstore.errors import HubStoreError, ValidationError, describe
 from hubstore.execution import execute, from_row
 from hubstore.ids import now_ms
 from hubstore.models import AssignJob, AssignSchedule, table_of
+from hubstore.services.assigns.creating import assign_rows, check_fields, new_job
 from hubstore.services.assigns.limits import check_limit_key
-from hubstore.services.assigns.moves import new_job
-from hubstore.services.assigns.reports import assign_rows, check_fields
 from hubstore.services.base import resolve_now
 from hubstore.transaction import Scope
 from hubstore.validation import MAX_DURATION_MS, json_value, require_id, require_int

@@ -1,10 +1,10 @@
-"""A claimed job's life: its worker's heartbeat (touch), its safe report (finish), and
-cancellation.
+"""The worker's calls on a job it claimed: its heartbeat (touch), its safe report
+(finish), and cancellation.
 
 ``touch_assign`` and the routine case of ``finish_assign`` are one guarded statement
 each; ``cancel_assign`` locks the row and moves it as every move does
-(services/assigns.py). A cancelled job is terminal: never claimed, retried or reported
-again; its worker hears of it (AssignCancelled) at its next touch or report.
+(services/assigns/moves.py). A cancelled job is terminal: never claimed, retried or
+reported again; its worker hears of it (AssignCancelled) at its next touch or report.
 """
 
 from __future__ import annotations
@@ -19,8 +19,11 @@ from hubstore.execution import Prepared
 from hubstore.ids import now_ms
 from hubstore.models import AssignJob, table_of
 from hubstore.results import AssignOutcome
-from hubstore.services.assigns.moves import NOW, get_assign, lock_job, move
-from hubstore.services.assigns.reports import fenced, notify_supervisor, report_assign_result
+from hubstore.services.assigns.creating import get_assign
+from hubstore.services.assigns.handoffs import notify_supervisor
+from hubstore.services.assigns.moves import NOW, move
+from hubstore.services.assigns.reports import fenced, report_assign_result
+from hubstore.services.assigns.rows import lock_job
 from hubstore.services.base import const
 from hubstore.transaction import Scope
 from hubstore.validation import require_id, require_int, require_text
