@@ -9,7 +9,7 @@
   (revision 0015's counts), in one reading.
 - :func:`messages_by_id`: the messages of a page of dead letters.
 
-They run in a read-only unit of work of the sync store (the console calls them on the
+They run in a read-only transaction of the sync store (the console calls them on the
 async store's lanes, off the event loop).
 """
 
@@ -74,29 +74,29 @@ def finished_since(since: int) -> Select[Any]:
             .where(_jobs.c.status.in_(TERMINAL), _jobs.c.updated_at_ms >= since))
 
 
-def read_snapshot(uow: Transaction) -> Snapshot:
-    """The :class:`Snapshot` in ``uow``."""
-    figures = counts(uow)
-    agents = {str(s): int(n) for s, n in execute(uow, AGENTS_BY_STATUS)}
-    pending = int(execute(uow, PENDING).scalar_one())
-    finished = int(execute(uow, finished_since(now_ms() - WINDOW_MS)).scalar_one())
-    latest = {str(s): (None if u is None else int(u)) for s, u in execute(uow, LATEST)}
+def read_snapshot(tx: Transaction) -> Snapshot:
+    """The :class:`Snapshot` in ``tx``."""
+    figures = counts(tx)
+    agents = {str(s): int(n) for s, n in execute(tx, AGENTS_BY_STATUS)}
+    pending = int(execute(tx, PENDING).scalar_one())
+    finished = int(execute(tx, finished_since(now_ms() - WINDOW_MS)).scalar_one())
+    latest = {str(s): (None if u is None else int(u)) for s, u in execute(tx, LATEST)}
     return Snapshot(figures, agents, pending, finished,
                     tuple((s, latest.get(s)) for s in ASSIGN_STATUSES))
 
 
 def snapshot(scope: Scope) -> Snapshot:
-    """The :class:`Snapshot`, in a read-only unit of work of its own."""
-    with scope.transaction(write=False) as uow:
-        return read_snapshot(uow)
+    """The :class:`Snapshot`, in a read-only transaction of its own."""
+    with scope.transaction(write=False) as tx:
+        return read_snapshot(tx)
 
 
 def with_worker_depths(scope: Scope) -> tuple[Snapshot, list[tuple[str, int, int]]]:
     """The :class:`Snapshot` and (worker, queued, running) for the workers with the most
     queued jobs (revision 0015's trigger-kept counts: no job is read), in one read-only
-    unit of work: one reading of the hub, what the overview and /metrics show."""
-    with scope.transaction(write=False) as uow:
-        return read_snapshot(uow), jobs_by_worker(uow, MAX_WORKERS)
+    transaction: one reading of the hub, what the overview and /metrics show."""
+    with scope.transaction(write=False) as tx:
+        return read_snapshot(tx), jobs_by_worker(tx, MAX_WORKERS)
 
 
 @dataclass(frozen=True)
@@ -122,6 +122,6 @@ def messages_by_id(scope: Scope, ids: list[str]) -> dict[str, Message]:
     """The messages with these ids (primary-key lookups, one statement)."""
     if not ids:
         return {}
-    with scope.transaction(write=False) as uow:
-        rows = execute(uow, select(_messages).where(_messages.c.id.in_(ids))).mappings()
+    with scope.transaction(write=False) as tx:
+        rows = execute(tx, select(_messages).where(_messages.c.id.in_(ids))).mappings()
         return {str(row["id"]): from_row(Message, row) for row in rows}

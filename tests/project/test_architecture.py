@@ -107,7 +107,7 @@ def test_services_run_statements_through_the_execution_module_only() -> None:
         found = sorted({f"{node.value.id}.{node.attr}"
                         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
                         if isinstance(node, ast.Attribute)
-                        and isinstance(node.value, ast.Name) and node.value.id == "uow"
+                        and isinstance(node.value, ast.Name) and node.value.id in ("tx", "uow")
                         and node.attr in ("connection", "session", "driver", "begin")})
         if found:
             reached[path.name] = found

@@ -275,15 +275,15 @@ def _claim_order(job: AssignJob) -> tuple[int, int, str]:
     return (-job.priority, job.created_at_ms, job.job_id)
 
 
-def _claimed(uow: Transaction, worker_agent: str, limit: int | None, now: int
+def _claimed(tx: Transaction, worker_agent: str, limit: int | None, now: int
              ) -> list[AssignJob]:
     """Claim the worker's next job (``limit`` None) or up to ``limit`` of them, in
     claim order, their listeners told after the commit."""
     params = {"p_worker": worker_agent, "p_now": now, "p_limit": limit or 1}
-    statement = claim_statement(uow.sql)
-    jobs = sorted(statement.instances(uow, params, AssignJob), key=_claim_order)
+    statement = claim_statement(tx.sql)
+    jobs = sorted(statement.instances(tx, params, AssignJob), key=_claim_order)
     for job in jobs:
-        announce(uow, job)
+        announce(tx, job)
     return jobs
 
 
@@ -292,11 +292,11 @@ def _claim(scope: Scope, worker_agent: str, limit: int | None) -> list[AssignJob
     (one transaction), else alone (one statement: one round trip in autocommit)."""
     now = now_ms()
     if rescue_due(scope.db, now):
-        with scope.transaction() as uow:
-            rescue_stalled(uow, now)
-            return _claimed(uow, worker_agent, limit, now)
-    with scope.one_statement() as uow:
-        return _claimed(uow, worker_agent, limit, now)
+        with scope.transaction() as tx:
+            rescue_stalled(tx, now)
+            return _claimed(tx, worker_agent, limit, now)
+    with scope.one_statement() as tx:
+        return _claimed(tx, worker_agent, limit, now)
 
 
 #: A due job of the worker that no full limit holds: where claimers run side by side,
@@ -312,8 +312,8 @@ _CLAIMABLE = Prepared(
 
 def claimable(scope: Scope, worker_agent: str, full: list[str]) -> bool:
     """Whether the worker has a due queued job whose key is not one of ``full``."""
-    with scope.one_read() as uow:
-        return _CLAIMABLE.first(uow, {"p_worker": worker_agent, "p_now": now_ms(),
+    with scope.one_read() as tx:
+        return _CLAIMABLE.first(tx, {"p_worker": worker_agent, "p_now": now_ms(),
                                       "p_full": full}) is not None
 
 
@@ -352,6 +352,6 @@ def next_due_ms(scope: Scope, worker_agent: str) -> int | None:
     not_before_ms, or its retry's back-off, ends), or None when it has none: how long a
     waiter may sleep without missing it."""
     require_id(worker_agent, "worker_agent")
-    with scope.one_read() as uow:
-        found = _NEXT_DUE.first(uow, {"p_worker": worker_agent, "p_now": now_ms()})
+    with scope.one_read() as tx:
+        found = _NEXT_DUE.first(tx, {"p_worker": worker_agent, "p_now": now_ms()})
     return None if found is None or found["due"] is None else int(found["due"])

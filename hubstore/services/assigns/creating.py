@@ -67,8 +67,8 @@ def create_assign(scope: Scope, supervisor_agent: str, worker_agent: str,
         correlation_id, last_message_id, result, error, job_id, not_before_ms,
         retry_backoff_ms, limit_key, unique_key)
     # (one INSERT ... RETURNING; with a unique key, a look for its holder may follow)
-    with (scope.one_statement() if unique_key is None else scope.transaction()) as uow:
-        return insert_job(uow, make_row(now_ms()))
+    with (scope.one_statement() if unique_key is None else scope.transaction()) as tx:
+        return insert_job(tx, make_row(now_ms()))
 
 
 def new_job(supervisor_agent: str, worker_agent: str, topic: str = "assign.job",
@@ -146,8 +146,8 @@ CREATE_FIELDS = frozenset(inspect.signature(create_assign).parameters) - {
 def get_assign(scope: Scope, job_id: str) -> AssignJob | None:
     """The job, or None."""
     lookup_key(job_id, "job_id")
-    with scope.one_read() as uow:
-        return read_job(uow, job_id)
+    with scope.one_read() as tx:
+        return read_job(tx, job_id)
 
 
 def assign_async(scope: Scope, supervisor_agent: str, worker_agent: str, **fields: Any
@@ -170,13 +170,13 @@ def assign_rows(scope: Scope, make_rows: Sequence[Callable[[int], dict[str, Any]
     now = now_ms()
     rows = [make_row(now) for make_row in make_rows]
     if scope.sql.writable_ctes and all(row["unique_key"] is None for row in rows):
-        with scope.one_statement() as uow:  # one round trip in autocommit
-            return create_and_dispatch(uow, rows)
-    with scope.transaction() as uow:
+        with scope.one_statement() as tx:  # one round trip in autocommit
+            return create_and_dispatch(tx, rows)
+    with scope.transaction() as tx:
         jobs = []
         for row in rows:
-            job = insert_job(uow, row)
-            jobs.append(job if job.deduplicated else dispatch(uow, job, "create", now))
+            job = insert_job(tx, row)
+            jobs.append(job if job.deduplicated else dispatch(tx, job, "create", now))
         return jobs
 
 

@@ -56,13 +56,13 @@ def handoff_fields(job: Mapping[str, Any], reason: str) -> dict[str, Any]:
                 "payload": job["payload"]}}
 
 
-def dispatch(uow: Transaction, job: AssignJob, reason: str, now: int | None = None
+def dispatch(tx: Transaction, job: AssignJob, reason: str, now: int | None = None
              ) -> AssignJob:
     """Record the handoff message to the worker and point last_message_id at it (the
     job updated at ``now``, else the clock)."""
-    message = record_message(uow, **handoff_fields(snapshot(job), reason),
+    message = record_message(tx, **handoff_fields(snapshot(job), reason),
                              max_depth=ENVELOPE_DEPTH)
-    return write_guarded(uow, job, {"last_message_id": message.id,
+    return write_guarded(tx, job, {"last_message_id": message.id,
                                     "updated_at_ms": now_ms() if now is None else now})
 
 
@@ -80,7 +80,7 @@ def _jobs_with_handoffs(sql: SqlDialect) -> Prepared:
         .returning(*_jobs.c), _jobs)
 
 
-def create_and_dispatch(uow: Transaction, rows: Sequence[dict[str, Any]]) -> list[AssignJob]:
+def create_and_dispatch(tx: Transaction, rows: Sequence[dict[str, Any]]) -> list[AssignJob]:
     """New jobs (their attribute-keyed rows) and their handoff messages, written in one
     statement (the rows assign_async's two steps write; where the dialect has JSON
     rows), the jobs in the order of ``rows``. The handoff's payload holds the job's
@@ -94,11 +94,11 @@ def create_and_dispatch(uow: Transaction, rows: Sequence[dict[str, Any]]) -> lis
         fields = handoff_fields(row, "create")
         jobs.append(by_column(row))
         messages.append(message_row(message_id, row["created_at_ms"], **fields))
-    made = {job.job_id: job for job in _jobs_with_handoffs(uow.sql).instances(
-        uow, {"p_jobs": jobs, "p_messages": messages}, AssignJob)}
+    made = {job.job_id: job for job in _jobs_with_handoffs(tx.sql).instances(
+        tx, {"p_jobs": jobs, "p_messages": messages}, AssignJob)}
     ordered = [made[row["job_id"]] for row in jobs]
     for job in ordered:
-        announce(uow, job)
+        announce(tx, job)
     return ordered
 
 
@@ -127,10 +127,10 @@ def event_fields(job: AssignJob, event: str, **extra: Any) -> dict[str, Any]:
             "payload": {"event": event, **job_snapshot(job), **extra}}
 
 
-def notify_supervisor(uow: Transaction, job: AssignJob, event: str,
+def notify_supervisor(tx: Transaction, job: AssignJob, event: str,
                       **extra: Any) -> Message:
     """Record the event message (event_fields) from the worker to the supervisor."""
-    return record_message(uow, **event_fields(job, event, **extra), max_depth=ENVELOPE_DEPTH)
+    return record_message(tx, **event_fields(job, event, **extra), max_depth=ENVELOPE_DEPTH)
 
 
 def _snapshot_json(done: Any) -> Any:
@@ -164,7 +164,7 @@ def completed_event(done: Any, m_id: Any, m_corr: Any, m_trace: Any) -> Any:
 @functools.cache
 def finish_with_event(sql: SqlDialect, retryable: bool) -> Prepared:
     """PostgreSQL: the routine final report and its 'completed' event message (as
-    notify_supervisor writes it) in one statement, so that a unit of work in autocommit
+    notify_supervisor writes it) in one statement, so that a transaction in autocommit
     finishes a job in one round trip. Returns the finished job's row, or none."""
     done = cast(Update, finish_statement(sql, retryable).statement).cte("done")
     event = completed_event(done, bindparam("m_id", type_=Text), bindparam("m_corr"),

@@ -240,7 +240,7 @@ def check_patch_values(patch: dict[str, Any]) -> None:
         json_value(patch.get(name), name)
 
 
-def move(uow: Transaction, job: AssignJob, target: str, patch: dict[str, Any], *,
+def move(tx: Transaction, job: AssignJob, target: str, patch: dict[str, Any], *,
          via_retry: bool = False, now: int | None = None) -> AssignJob:
     """Move a locked job to ``target`` at ``now`` (else the clock); listeners hear of a
     status change after commit."""
@@ -251,13 +251,13 @@ def move(uow: Transaction, job: AssignJob, target: str, patch: dict[str, Any], *
         values = rules.next_values(before, target, patch, now_ms() if now is None else now)
     changes = {key: value for key, value in values.items() if not _same(before[key], value)}
     changes.update(status=target, updated_at_ms=values["updated_at_ms"])
-    updated = write_guarded(uow, job, changes)
+    updated = write_guarded(tx, job, changes)
     if before["status"] != target:
-        announce(uow, updated)
+        announce(tx, updated)
     return updated
 
 
-def retry(uow: Transaction, job: AssignJob, patch: dict[str, Any], now: int | None = None
+def retry(tx: Transaction, job: AssignJob, patch: dict[str, Any], now: int | None = None
           ) -> AssignJob:
     """Re-queue a locked failed or timed-out job for its next attempt, at ``now`` (else
     the clock: its back-off and deadline count from then)."""
@@ -265,7 +265,7 @@ def retry(uow: Transaction, job: AssignJob, patch: dict[str, Any], now: int | No
     now = now_ms() if now is None else now
     with computed_from(job):
         changes = rules.retry_patch(snapshot(job), patch, now)
-    return move(uow, job, "queued", changes, via_retry=True, now=now)
+    return move(tx, job, "queued", changes, via_retry=True, now=now)
 
 
 def update_assign_status(scope: Scope, job_id: str, status: AssignStatus,
@@ -277,17 +277,17 @@ def update_assign_status(scope: Scope, job_id: str, status: AssignStatus,
     changes = dict(patch)
     check_patch_values(changes)
     if status in DIRECT_TARGETS and _PLAIN_PATCH.issuperset(changes):
-        with scope.one_statement() as uow:
-            direct = _direct_move(uow.sql, status, frozenset(changes))
-            job = direct.instance(uow, {"p_job_id": job_id, "p_now": now_ms(), **changes},
+        with scope.one_statement() as tx:
+            direct = _direct_move(tx.sql, status, frozenset(changes))
+            job = direct.instance(tx, {"p_job_id": job_id, "p_now": now_ms(), **changes},
                                   AssignJob)
             if job is not None:
-                announce(uow, job)
+                announce(tx, job)
                 return job
     # Anything the one statement does not cover (it changed nothing): lock and move.
-    with scope.transaction() as uow:
-        job = lock_job(uow, job_id)
-        return None if job is None else move(uow, job, status, changes)
+    with scope.transaction() as tx:
+        job = lock_job(tx, job_id)
+        return None if job is None else move(tx, job, status, changes)
 
 
 def retry_assign(scope: Scope, job_id: str, **patch: Unpack[AssignPatch]) -> AssignJob | None:
@@ -295,15 +295,15 @@ def retry_assign(scope: Scope, job_id: str, **patch: Unpack[AssignPatch]) -> Ass
     require_id(job_id, "job_id")
     changes = dict(patch)
     check_patch_values(changes)
-    with scope.transaction() as uow:
-        job = lock_job(uow, job_id)
-        return None if job is None else retry(uow, job, changes)
+    with scope.transaction() as tx:
+        job = lock_job(tx, job_id)
+        return None if job is None else retry(tx, job, changes)
 
 
 def put_back_claim(scope: Scope, job: AssignJob) -> bool:
     """Put back a job whose claim committed while its waiter was being cancelled:
     queued again, started and deadline as before the claim (rules.put_back_values),
     unless it moved since. True when it was put back."""
-    with scope.one_statement() as uow:
-        return bool(_PUT_BACK.run(uow, {"p_job_id": job.job_id, "p_now": now_ms(),
+    with scope.one_statement() as tx:
+        return bool(_PUT_BACK.run(tx, {"p_job_id": job.job_id, "p_now": now_ms(),
                                         "p_claimed_at": job.updated_at_ms}))

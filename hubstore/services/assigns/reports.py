@@ -75,7 +75,7 @@ _jobs = table_of(AssignJob)
 _c = _jobs.c
 
 
-def finish(uow: Transaction, job: AssignJob, target: str, patch: dict[str, Any],
+def finish(tx: Transaction, job: AssignJob, target: str, patch: dict[str, Any],
            requested_by: str, now: int | None = None, **completed_extra: Any
            ) -> AssignOutcome:
     """Make a locked job terminal at ``now`` (else the clock); a failure with retries
@@ -85,16 +85,16 @@ def finish(uow: Transaction, job: AssignJob, target: str, patch: dict[str, Any],
     """
     if job.status == target:
         return AssignOutcome(job, "completed")
-    job = move(uow, job, target, patch, now=now)
+    job = move(tx, job, target, patch, now=now)
     with computed_from(job):
         retries_left = job.retry_count < job.max_retries
     if target != "succeeded" and retries_left:
-        job = dispatch(uow, retry(uow, job, {}, now), "retry", now)
-        event = notify_supervisor(uow, job, "retry_scheduled", retry_reason=target,
+        job = dispatch(tx, retry(tx, job, {}, now), "retry", now)
+        event = notify_supervisor(tx, job, "retry_scheduled", retry_reason=target,
                                   requested_by=requested_by)
         return AssignOutcome(job, "retry_scheduled", event)
     return AssignOutcome(job, "completed",
-                         notify_supervisor(uow, job, "completed", **completed_extra))
+                         notify_supervisor(tx, job, "completed", **completed_extra))
 
 
 #: The fields of one report of finish_many's JSON records.
@@ -140,19 +140,19 @@ def _finish_many(sql: SqlDialect) -> Prepared | None:
     return Prepared(select(*(done.c[c.name] for c in _c)).add_cte(event), _jobs)
 
 
-def finish_many_routine(uow: Transaction, reports: list[dict[str, Any]]
+def finish_many_routine(tx: Transaction, reports: list[dict[str, Any]]
                         ) -> list[AssignOutcome] | None:
     """Checked final reports (keys of _REPORT_RECORD but the message ids) on distinct
     jobs, finished in one statement where the dialect has JSON records and every report
     is routine; None (nothing written) otherwise."""
-    statement = _finish_many(uow.sql)
+    statement = _finish_many(tx.sql)
     if statement is None:
         return None
     now = now_ms()
     records = [{**report, "m_id": uuidv7(), "m_corr": uuidv7(), "m_trace": uuidv7()}
                for report in reports]
     done = {job.job_id: job for job in statement.instances(
-        uow, {"p_reports": records, "p_ids": [record["job_id"] for record in records],
+        tx, {"p_reports": records, "p_ids": [record["job_id"] for record in records],
               "p_count": len(records), "p_now": now}, AssignJob)}
     if len(done) != len(records):
         if done:  # (the statement writes every report or none: never reached)
@@ -163,30 +163,30 @@ def finish_many_routine(uow: Transaction, reports: list[dict[str, Any]]
     outcomes = []
     for record in records:
         job = done[record["job_id"]]
-        announce(uow, job)
+        announce(tx, job)
         outcomes.append(completed_outcome(job, record["m_id"], now, record["m_corr"],
                                    record["m_trace"]))
     return outcomes
 
 
-def finish_routine(uow: Transaction, job_id: str, target: str, worker_agent: str | None,
+def finish_routine(tx: Transaction, job_id: str, target: str, worker_agent: str | None,
                    attempt: int | None, result: Any, error: Any) -> AssignOutcome | None:
     """The routine final report (see finish_statement) and its event, or None (nothing
     written) when the report needs the general path."""
     values = {"p_job_id": job_id, "p_worker": worker_agent or None, "p_attempt": attempt,
               "p_status": target, "p_result": result, "p_error": error, "p_now": now_ms()}
-    if not uow.sql.writable_ctes:  # two statements here: the update, then the event
-        done = finish_statement(uow.sql, target != "succeeded").instance(
-            uow, values, AssignJob)
+    if not tx.sql.writable_ctes:  # two statements here: the update, then the event
+        done = finish_statement(tx.sql, target != "succeeded").instance(
+            tx, values, AssignJob)
         if done is None:
             return None
-        announce(uow, done)
-        return AssignOutcome(done, "completed", notify_supervisor(uow, done, "completed"))
+        announce(tx, done)
+        return AssignOutcome(done, "completed", notify_supervisor(tx, done, "completed"))
     values.update(m_id=uuidv7(), m_corr=uuidv7(), m_trace=uuidv7())
-    done = finish_with_event(uow.sql, target != "succeeded").instance(uow, values, AssignJob)
+    done = finish_with_event(tx.sql, target != "succeeded").instance(tx, values, AssignJob)
     if done is None:
         return None
-    announce(uow, done)
+    announce(tx, done)
     return completed_outcome(done, values["m_id"], values["p_now"], values["m_corr"],
                       values["m_trace"])
 
@@ -209,20 +209,20 @@ def report_assign_result(scope: Scope, job_id: str, status: str, worker_agent: s
     if target != "running":  # the one-statement path, when the report is routine
         # (one statement where the event can be written in its WITH clause, else two)
         with (scope.one_statement() if scope.sql.writable_ctes else scope.transaction()
-              ) as uow:
-            outcome = finish_routine(uow, job_id, target, worker_agent, attempt, result,
+              ) as tx:
+            outcome = finish_routine(tx, job_id, target, worker_agent, attempt, result,
                                      error)
         if outcome is not None:
             return outcome
-    with scope.transaction() as uow:
-        job = fenced(lock_job(uow, job_id), job_id, worker_agent, attempt)
+    with scope.transaction() as tx:
+        job = fenced(lock_job(tx, job_id), job_id, worker_agent, attempt)
         patch = {"result": result, "error": error}
         if target == "running":  # progress (or the start of a queued job)
             with computed_from(job):
                 patch["deadline_ms"] = resolve_now(None) + job.timeout_ms
-            job = move(uow, job, "running", patch)
-            return AssignOutcome(job, "progress", notify_supervisor(uow, job, "progress"))
-        return finish(uow, job, target, patch, worker_agent or job.worker_agent)
+            job = move(tx, job, "running", patch)
+            return AssignOutcome(job, "progress", notify_supervisor(tx, job, "progress"))
+        return finish(tx, job, target, patch, worker_agent or job.worker_agent)
 
 
 def fenced(job: AssignJob | None, job_id: str, worker_agent: str | None,
@@ -273,8 +273,8 @@ def schedule_assign_retry(scope: Scope, job_id: str, reason: str = "manual",
     require_text(reason, "reason")
     require_text(requested_by, "requested_by")
     require_bool(force, "force")
-    with scope.transaction() as uow:
-        job = lock_job(uow, job_id)
+    with scope.transaction() as tx:
+        job = lock_job(tx, job_id)
         if job is None:
             raise AssignNotFound(f"no assign job {job_id}")
         if job.status == "cancelled":
@@ -285,8 +285,8 @@ def schedule_assign_retry(scope: Scope, job_id: str, reason: str = "manual",
         if exhausted and not force:
             raise RetryExhausted(
                 f"assign job {job_id} has used its {job.max_retries} retries")
-        job = dispatch(uow, retry(uow, job, {}), "retry")
-        notify_supervisor(uow, job, "retry_scheduled", retry_reason=reason,
+        job = dispatch(tx, retry(tx, job, {}), "retry")
+        notify_supervisor(tx, job, "retry_scheduled", retry_reason=reason,
                           requested_by=requested_by)
         return job
 
@@ -309,12 +309,12 @@ def report_assign_results(scope: Scope, reports: Sequence[Mapping[str, Any]],
     checked = [{"worker_agent": worker_agent, **item} for item in items]
     records = [_record(report) for report in checked]  # every report checked first
     if scope.sql.writable_ctes and _routine(records):  # one statement: one round trip
-        with scope.one_statement() as uow:
-            outcomes = finish_many_routine(uow, records)
+        with scope.one_statement() as tx:
+            outcomes = finish_many_routine(tx, records)
         if outcomes is not None:
             return outcomes
-    with scope.transaction() as uow:
-        return [report_assign_result(uow, **report) for report in checked]
+    with scope.transaction() as tx:
+        return [report_assign_result(tx, **report) for report in checked]
 
 
 def _record(report: dict[str, Any]) -> dict[str, Any]:

@@ -98,35 +98,35 @@ def by_column(values: dict[str, Any]) -> dict[str, Any]:
 
 def frozen_copy(job: AssignJob) -> AssignJob:
     """A copy of the row as it is now, for a listener: what it is told about must not
-    change when a later move in the same unit of work, or the caller, changes the job."""
+    change when a later move in the same transaction, or the caller, changes the job."""
     return from_row(AssignJob, by_column(copy.deepcopy(snapshot(job))))
 
 
-def announce(uow: Transaction, job: AssignJob) -> None:
+def announce(tx: Transaction, job: AssignJob) -> None:
     """Queue the job's status event for the listeners, told after the commit.
 
     Without listeners (subscribed when the move is made) there is nothing to copy.
     """
-    if uow.db.assign_listeners:
-        uow.emit_assign_event(rules.status_event(snapshot(job)), frozen_copy(job))
+    if tx.db.assign_listeners:
+        tx.emit_assign_event(rules.status_event(snapshot(job)), frozen_copy(job))
 
 
-def read_job(uow: Transaction, job_id: str) -> AssignJob | None:
+def read_job(tx: Transaction, job_id: str) -> AssignJob | None:
     """The job, as it is now (no lock)."""
-    return _SELECT.instance(uow, {"p_job_id": job_id}, AssignJob)
+    return _SELECT.instance(tx, {"p_job_id": job_id}, AssignJob)
 
 
-def lock_job(uow: Transaction, job_id: str) -> AssignJob | None:
+def lock_job(tx: Transaction, job_id: str) -> AssignJob | None:
     """The job, freshly read and locked for this transaction."""
-    return _LOCK.instance(uow, {"p_job_id": job_id}, AssignJob)
+    return _LOCK.instance(tx, {"p_job_id": job_id}, AssignJob)
 
 
-def write_guarded(uow: Transaction, job: AssignJob, changes: dict[str, Any]) -> AssignJob:
+def write_guarded(tx: Transaction, job: AssignJob, changes: dict[str, Any]) -> AssignJob:
     """UPDATE the job's ``changes`` where it still has the status and attempt read in
     ``job``; ConcurrentUpdate when it does not (the row lock makes that a bug)."""
     params = by_column(changes)
     params.update(p_job_id=job.job_id, p_status=job.status, p_attempt=job.attempt)
-    moved = _cas(frozenset(params) - _GUARDS).instance(uow, params, AssignJob)
+    moved = _cas(frozenset(params) - _GUARDS).instance(tx, params, AssignJob)
     if moved is None:
         raise ConcurrentUpdate(f"assign job {job.job_id} changed while it was being moved")
     return moved
@@ -157,21 +157,21 @@ def _insert_unless_held(sql: SqlDialect) -> Prepared:
         .returning(*_jobs.c), _jobs)
 
 
-def insert_job(uow: Transaction, row: dict[str, Any]) -> AssignJob:
+def insert_job(tx: Transaction, row: dict[str, Any]) -> AssignJob:
     """Write the job ``row`` (attribute-keyed) and return it; with a unique key that a
     queued or running job holds, write nothing and return that job instead, its
     ``deduplicated`` True. Listeners hear of a job written (after the commit)."""
     key = row["unique_key"]
     if key is None:
-        job = _INSERT.inserted(uow, by_column(row), AssignJob)
-        announce(uow, job)
+        job = _INSERT.inserted(tx, by_column(row), AssignJob)
+        announce(tx, job)
         return job
     for _ in range(UNIQUE_TRIES):
-        written = _insert_unless_held(uow.sql).instance(uow, by_column(row), AssignJob)
+        written = _insert_unless_held(tx.sql).instance(tx, by_column(row), AssignJob)
         if written is not None:
-            announce(uow, written)
+            announce(tx, written)
             return written
-        held = _LIVE_WITH_KEY.instance(uow, {"p_unique_key": key}, AssignJob)
+        held = _LIVE_WITH_KEY.instance(tx, {"p_unique_key": key}, AssignJob)
         if held is not None:
             held.__dict__[DEDUPLICATED] = True
             return held

@@ -57,8 +57,8 @@ def touch_assign(scope: Scope, job_id: str, worker_agent: str, attempt: int,
     require_int(attempt, "attempt", minimum=1)
     if extend_ms is not None:
         require_int(extend_ms, "extend_ms", minimum=1, maximum=rules.MAX_TIMEOUT_MS)
-    with scope.one_statement() as uow:
-        job = _TOUCH.instance(uow, {"p_job_id": job_id, "p_worker": worker_agent,
+    with scope.one_statement() as tx:
+        job = _TOUCH.instance(tx, {"p_job_id": job_id, "p_worker": worker_agent,
                                     "p_attempt": attempt, "p_extend": extend_ms,
                                     "p_now": now_ms()}, AssignJob)
     if job is not None:
@@ -93,12 +93,12 @@ def cancel_assign(scope: Scope, job_id: str, reason: str | None = None
     require_id(job_id, "job_id")
     if reason is not None:
         require_text(reason, "reason")
-    with scope.transaction() as uow:
-        job = lock_job(uow, job_id)
+    with scope.transaction() as tx:
+        job = lock_job(tx, job_id)
         if job is None or job.status == "cancelled":
             return job
         why = {"reason": reason} if reason is not None else {}
-        job = move(uow, job, "cancelled", {"error": {**rules.CANCELLED_ERROR, **why}})
-        notify_supervisor(uow, job, "completed", completion_reason="cancelled", **why)
+        job = move(tx, job, "cancelled", {"error": {**rules.CANCELLED_ERROR, **why}})
+        notify_supervisor(tx, job, "completed", completion_reason="cancelled", **why)
         return job
 
