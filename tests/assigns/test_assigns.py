@@ -489,7 +489,7 @@ def test_assign_async_refuses_bad_input_and_writes_nothing(store: HubStore) -> N
     with pytest.raises(ValidationError):
         store.assign_async("lead", "", trace_id="tr-bad")
     with pytest.raises(ValidationError, match="bogus_field"):  # not a raw TypeError
-        store.assign_async("lead", "w1", bogus_field=1)
+        store.assign_async("lead", "w1", bogus_field=1)  # type: ignore[call-arg]
     assert store.list_assigns() == []
     assert store.get_messages_by_trace("tr-bad") == []
 

@@ -71,7 +71,7 @@ def test_a_retry_into_a_taken_key_is_refused(store: HubStore) -> None:
 @pytest.mark.parametrize("key", ["", 5, "k" * 1_001, "a\x00b"])
 def test_a_bad_unique_key_is_refused(store: HubStore, key: object) -> None:
     with pytest.raises(ValidationError, match="unique_key"):
-        store.assign_async("lead", "w", unique_key=key)
+        store.assign_async("lead", "w", unique_key=key)  # type: ignore[arg-type]
     assert store.list_assigns() == []
 
 

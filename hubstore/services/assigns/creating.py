@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Unpack, cast
 
 from hubstore import assign_rules as rules
 from hubstore.ids import now_ms, uuidv7
@@ -16,7 +16,7 @@ from hubstore.services.assigns.handoffs import create_and_dispatch, dispatch
 from hubstore.services.assigns.limits import check_limit_key
 from hubstore.services.assigns.rows import insert_job, read_job
 from hubstore.transaction import Scope
-from hubstore.types import AssignStatus
+from hubstore.types import AssignStatus, NewAssign
 from hubstore.validation import (
     as_number,
     clamp,
@@ -61,54 +61,55 @@ def create_assign(scope: Scope, supervisor_agent: str, worker_agent: str,
     a key no two queued or running jobs share: while one holds it, this call writes
     nothing and returns that job, its ``deduplicated`` True.
     """
-    make_row = new_job(
-        supervisor_agent, worker_agent, topic, task, payload, status, attempt,
-        retry_count, max_retries, priority, ttl_ms, timeout_ms, deadline_ms, trace_id,
-        correlation_id, last_message_id, result, error, job_id, not_before_ms,
-        retry_backoff_ms, limit_key, unique_key)
+    # (the keyword arguments as given: the signature above is their one list)
+    fields = cast(NewAssign, {name: value for name, value in locals().items()
+                              if name in CREATE_FIELDS})
+    make_row = new_job(supervisor_agent, worker_agent, fields)
     # (one INSERT ... RETURNING; with a unique key, a look for its holder may follow)
     with (scope.one_statement() if unique_key is None else scope.transaction()) as tx:
         return insert_job(tx, make_row(now_ms()))
 
 
-def new_job(supervisor_agent: str, worker_agent: str, topic: str = "assign.job",
-            task: str = "", payload: Any = None, status: AssignStatus = "queued",
-            attempt: int = 1, retry_count: int = 0, max_retries: int = 0,
-            priority: object = 5, ttl_ms: object = 600_000, timeout_ms: object = 600_000,
-            deadline_ms: int | None = None, trace_id: str | None = None,
-            correlation_id: str | None = None, last_message_id: str | None = None,
-            result: Any = None, error: Any = None, job_id: str | None = None,
-            not_before_ms: int | None = None, retry_backoff_ms: int = 0,
-            limit_key: str | None = None, unique_key: str | None = None
+def new_job(supervisor_agent: str, worker_agent: str, fields: NewAssign
             ) -> Callable[[int], dict[str, Any]]:
-    """create_assign's arguments checked (ValidationError before anything is written),
-    and the function that makes the job's row (attribute-keyed) at a given time."""
+    """A new job's fields (those not given take create_assign's defaults) checked
+    (ValidationError before anything is written), and the function that makes the job's
+    row (attribute-keyed) at a given time."""
+    given: dict[str, Any] = {**JOB_DEFAULTS, **fields}
+    status, job_id, limit_key, unique_key = (
+        given["status"], given["job_id"], given["limit_key"], given["unique_key"])
+    trace_id, correlation_id = given["trace_id"], given["correlation_id"]
+    last_message_id, result, error = (
+        given["last_message_id"], given["result"], given["error"])
     require_id(supervisor_agent, "supervisor_agent")
     require_id(worker_agent, "worker_agent")
     require_enum(status, ASSIGN_STATUSES, "status")
-    body = json_value(payload, "payload", default={})
+    body = json_value(given["payload"], "payload", default={})
     json_value(result, "result")
     json_value(error, "error")
     optional_id(job_id, "job_id")
     optional_id(trace_id, "trace_id")
     optional_id(correlation_id, "correlation_id")
     optional_id(last_message_id, "last_message_id")
-    topic = require_key(topic, "topic") if topic else "assign.job"
-    task = require_text(task, "task") if task else ""
-    first_attempt = counter(attempt, "attempt", default=1, minimum=1)
-    retries = counter(retry_count, "retry_count", default=0, minimum=0)
-    retry_limit = counter(max_retries, "max_retries", default=0, minimum=0)
-    timeout = rules.clamp_timeout(timeout_ms)
-    not_before = None if not_before_ms is None else require_time(not_before_ms,
-                                                                   "not_before_ms")
-    backoff = require_duration(retry_backoff_ms, "retry_backoff_ms")
+    topic = require_key(given["topic"], "topic") if given["topic"] else "assign.job"
+    task = require_text(given["task"], "task") if given["task"] else ""
+    first_attempt = counter(given["attempt"], "attempt", default=1, minimum=1)
+    retries = counter(given["retry_count"], "retry_count", default=0, minimum=0)
+    retry_limit = counter(given["max_retries"], "max_retries", default=0, minimum=0)
+    priority, ttl_ms = given["priority"], given["ttl_ms"]
+    timeout = rules.clamp_timeout(given["timeout_ms"])
+    not_before = (None if given["not_before_ms"] is None
+                  else require_time(given["not_before_ms"], "not_before_ms"))
+    backoff = require_duration(given["retry_backoff_ms"], "retry_backoff_ms")
     if limit_key is not None:
         check_limit_key(limit_key)
     if unique_key is not None:
         require_id(unique_key, "unique_key")
+    deadline_ms = given["deadline_ms"]
     deadline = None if deadline_ms is None else as_number(deadline_ms)
     if deadline is not None:
         deadline = require_int(int(deadline), "deadline_ms")
+
     def make_row(now: int) -> dict[str, Any]:
         return {
             "job_id": job_id or uuidv7(),
@@ -138,9 +139,15 @@ def new_job(supervisor_agent: str, worker_agent: str, topic: str = "assign.job",
     return make_row
 
 
+#: What each field of a new job (types.NewAssign) defaults to: create_assign's signature.
+JOB_DEFAULTS: dict[str, Any] = {
+    name: parameter.default
+    for name, parameter in inspect.signature(create_assign).parameters.items()
+    if name not in ("scope", "supervisor_agent", "worker_agent")}
 #: The keyword arguments assign_async passes on to create_assign.
-CREATE_FIELDS = frozenset(inspect.signature(create_assign).parameters) - {
-    "scope", "supervisor_agent", "worker_agent"}
+CREATE_FIELDS = frozenset(JOB_DEFAULTS)
+if frozenset(NewAssign.__annotations__) != CREATE_FIELDS:  # (checked once, at import)
+    raise TypeError("types.NewAssign must list create_assign's keyword arguments")
 
 
 def get_assign(scope: Scope, job_id: str) -> AssignJob | None:
@@ -150,15 +157,15 @@ def get_assign(scope: Scope, job_id: str) -> AssignJob | None:
         return read_job(tx, job_id)
 
 
-def assign_async(scope: Scope, supervisor_agent: str, worker_agent: str, **fields: Any
-                 ) -> AssignJob:
+def assign_async(scope: Scope, supervisor_agent: str, worker_agent: str,
+                 **fields: Unpack[NewAssign]) -> AssignJob:
     """Create a job and record its dispatch to the worker, in one transaction.
 
     ``fields`` are create_assign's keyword arguments; an unknown one is a
     ValidationError (nothing is written). With a ``unique_key`` that a queued or running
     job holds, nothing is written and that job is returned (``job.deduplicated``)."""
     check_fields(fields)
-    [job] = assign_rows(scope, [new_job(supervisor_agent, worker_agent, **fields)])
+    [job] = assign_rows(scope, [new_job(supervisor_agent, worker_agent, fields)])
     return job
 
 
@@ -189,7 +196,8 @@ def assign_many(scope: Scope, supervisor_agent: str, worker_agent: str,
     for item in items:
         check_fields(item)
     return assign_rows(scope,
-                       [new_job(supervisor_agent, worker_agent, **item) for item in items])
+                       [new_job(supervisor_agent, worker_agent, cast(NewAssign, item))
+                        for item in items])
 
 
 def check_fields(fields: Mapping[str, Any], what: str = "assign_async") -> None:

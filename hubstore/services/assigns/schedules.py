@@ -15,7 +15,7 @@ Cron expressions are read by croniter (five fields, or six with seconds first), 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Unpack, cast
 
 from croniter import croniter
 from sqlalchemy import delete, select, update
@@ -28,6 +28,7 @@ from hubstore.services.assigns.creating import assign_rows, check_fields, new_jo
 from hubstore.services.assigns.limits import check_limit_key
 from hubstore.services.base import resolve_now
 from hubstore.transaction import Scope
+from hubstore.types import NewAssign
 from hubstore.validation import MAX_DURATION_MS, json_value, require_id, require_int
 
 _schedules = table_of(AssignSchedule)
@@ -71,7 +72,7 @@ def latest_tick(cron: str | None, every_ms: int | None, due: int, now: int) -> i
 
 def set_assign_schedule(scope: Scope, name: str, supervisor_agent: str, worker_agent: str,
                         *, cron: str | None = None, every_ms: int | None = None,
-                        **job: Any) -> AssignSchedule:
+                        **job: Unpack[NewAssign]) -> AssignSchedule:
     """Queue an assign from ``supervisor_agent`` to ``worker_agent`` at every tick of
     ``cron`` (a cron expression, UTC) or every ``every_ms`` milliseconds (exactly one
     of the two); ``job`` holds assign_async's keyword arguments for each job (task,
@@ -90,7 +91,7 @@ def set_assign_schedule(scope: Scope, name: str, supervisor_agent: str, worker_a
         if fixed in job:
             raise ValidationError(f"a schedule's job cannot name {fixed}: each tick makes "
                                   "a new job, queued then")
-    new_job(supervisor_agent, worker_agent, **job)  # every field checked now
+    new_job(supervisor_agent, worker_agent, job)  # every field checked now
     json_value(job, "job")
     now = now_ms()
     values = {"cron": rule, "every_ms": interval, "supervisor_agent": supervisor_agent,
@@ -131,7 +132,8 @@ def run_due_schedules(scope: Scope, now_ms: int | None = None) -> list[AssignJob
             schedule = from_row(AssignSchedule, row)
             tick = latest_tick(schedule.cron, schedule.every_ms, schedule.next_due_ms, now)
             [job] = assign_rows(tx, [new_job(schedule.supervisor_agent,
-                                              schedule.worker_agent, **schedule.job)])
+                                              schedule.worker_agent,
+                                              cast(NewAssign, schedule.job))])
             moved = execute(tx, update(_schedules).where(
                 c.name == schedule.name, c.next_due_ms == schedule.next_due_ms).values(
                 next_due_ms=next_tick(schedule.cron, schedule.every_ms, now),
