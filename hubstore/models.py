@@ -363,6 +363,22 @@ class AssignLimit(Base):
         since = now - self.per_ms
         return sum(1 for at in self.starts or [] if isinstance(at, int) and at > since)
 
+    def fullness(self, now: int) -> tuple[bool, bool, int | None]:
+        """Whether the limit is full at ``now``, and when it reopens: (no running room,
+        no rate room, when the rate has room again: None when it has room or no rate).
+        Room under ``max_running`` comes back when a job ends (no time says when). The
+        one reading of "full" that the waits and the pages share (the claim's SQL,
+        services/assigns/claims.py's ``_rooms``, computes the same room)."""
+        running_full = self.max_running is not None and self.running >= self.max_running
+        if self.max_starts is None or self.per_ms is None:
+            return running_full, False, None
+        since = now - self.per_ms
+        recent = sorted(at for at in self.starts or [] if isinstance(at, int) and at > since)
+        if len(recent) < self.max_starts:
+            return running_full, False, None
+        # room when all but max_starts - 1 of the recent starts have left the window
+        return running_full, True, recent[len(recent) - self.max_starts] + self.per_ms
+
     def to_dict(self) -> dict[str, Any]:
         """The limit and its state now: key, max_running, max_starts, per_ms, running,
         recent_starts."""

@@ -20,6 +20,7 @@ from typing import Any
 
 from sqlalchemy import Select, func, literal, select, union_all
 
+from hubstore import assign_rules as rules
 from hubstore.execution import execute, from_row
 from hubstore.ids import now_ms
 from hubstore.models import ASSIGN_STATUSES, Agent, AssignJob, HumanRequest, Message, table_of
@@ -31,7 +32,7 @@ _messages = table_of(Message)
 _agents = table_of(Agent)
 _humans = table_of(HumanRequest)
 #: The statuses a job ends in (those a "finished" count reads).
-TERMINAL = tuple(s for s in ASSIGN_STATUSES if s not in ("queued", "running"))
+TERMINAL = tuple(s for s in ASSIGN_STATUSES if s in rules.TERMINAL)
 #: Workers the overview lists at most (those with the most queued jobs).
 MAX_WORKERS = 50
 WINDOW_MS = 60_000

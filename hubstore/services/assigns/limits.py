@@ -188,13 +188,9 @@ def full_limits(tx: Transaction, now: int) -> tuple[list[str], int | None]:
     full: list[str] = []
     reopen: list[int] = []
     for key, limit in read_limits(tx).items():
-        running_full = limit.max_running is not None and limit.running >= limit.max_running
-        recent = sorted(at for at in limit.starts or [] if isinstance(at, int)
-                        and limit.per_ms is not None and at > now - limit.per_ms)
-        rate_full = limit.max_starts is not None and len(recent) >= limit.max_starts
+        running_full, rate_full, reopens_at = limit.fullness(now)
         if running_full or rate_full:
             full.append(key)
-        if rate_full and limit.max_starts is not None and limit.per_ms is not None:
-            # room when all but max_starts - 1 of the recent starts have left the window
-            reopen.append(recent[len(recent) - limit.max_starts] + limit.per_ms)
+        if reopens_at is not None:
+            reopen.append(reopens_at)
     return full, min(reopen) if reopen else None

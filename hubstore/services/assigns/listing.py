@@ -155,12 +155,13 @@ def waiting_reason(job: Mapping[str, Any], limits: Mapping[str, AssignLimit], no
     limit = limits.get(job["limit_key"] or "") if job["status"] == rules.CLAIMABLE else None
     if limit is None:
         return None, ""
-    if limit.max_running is not None and limit.running >= limit.max_running:
+    running_full, rate_full, _ = limit.fullness(now)
+    if running_full:
         return None, f"limit {limit.key}: {limit.running}/{limit.max_running} running"
-    recent = limit.recent_starts(now)
-    if limit.max_starts is not None and recent >= limit.max_starts:
+    if rate_full:
         window = rules.duration_text(limit.per_ms or 0)
-        return None, f"limit {limit.key}: {recent}/{limit.max_starts} starts in {window}"
+        return None, (f"limit {limit.key}: {limit.recent_starts(now)}/{limit.max_starts} "
+                      f"starts in {window}")
     return None, ""
 
 

@@ -11,6 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from hubstore import assign_rules as rules
 from hubstore.errors import HubStoreError, RetryExhausted, ValidationError
 from hubstore.ids import now_ms
 from hubstore.models import ASSIGN_STATUSES, AssignJob, AssignLimit
@@ -57,7 +58,7 @@ async def _list_context(request: Request) -> dict[str, Any]:
 
 def _why(job: AssignJob, limits: dict[str, AssignLimit], now: int) -> str:
     """Why a queued job is not taken yet, for people ('' when it is not queued)."""
-    if job.status != "queued":
+    if job.status != rules.CLAIMABLE:
         return ""
     at, why = job_waiting_reason(job, limits, now)
     if at is not None:
@@ -91,12 +92,12 @@ async def _job_context(request: Request) -> dict[str, Any] | None:
     limits = await store.get_assign_limits()
     now = now_ms()
     held = limits.get(job.limit_key) if job.limit_key is not None else None
-    retryable = job.status in ("failed", "timed_out")
+    retryable = job.status in rules.RETRYABLE
     return {"job": job, "messages": messages, "waiting": _why(job, limits, now), "now": now,
             "limit": held.to_dict() if held is not None else None,
             "can_retry": retryable and job.retry_count < job.max_retries,
             "can_force": retryable and job.retry_count >= job.max_retries,
-            "can_cancel": job.status in ("queued", "running")}
+            "can_cancel": job.status in rules.ACTIVE}
 
 
 async def job(request: Request) -> Response:
