@@ -13,6 +13,7 @@ from sqlalchemy import (
     Connection,
     Executable,
     FromClause,
+    Integer,
     Select,
     String,
     Table,
@@ -107,6 +108,18 @@ class SqlDialect(ABC):
         ``records`` with ``columns`` (each value converted to its column's type; a key
         missing from an object is NULL). None where the dialect has no such function."""
         return None
+
+    def json_object(self, pairs: list[tuple[str, ColumnElement[Any]]]
+                    ) -> ColumnElement[Any] | None:
+        """A JSON object of the (key, value) pairs, built by the server (the keys are the
+        code's own names, never a user's). None where the dialect writes no message in
+        SQL (it has no writable CTEs: its events are built in Python)."""
+        return None
+
+    def session_number(self) -> ColumnElement[int]:
+        """A number that differs between the sessions running side by side (where each
+        claimer starts trying a limit's shares); 0 where one session writes at a time."""
+        return literal_column("0", Integer)
 
     def likely(self, condition: ColumnElement[bool]) -> ColumnElement[bool]:
         """``condition``, with a hint that it selects most rows (SQLite's planner)."""

@@ -80,6 +80,15 @@ class PostgreSQLDialect(SqlDialect):
         ).table_valued(*(column.name for column in table.c))
         return select(*(rows.c[column.name] for column in table.c))
 
+    def json_object(self, pairs: list[tuple[str, ColumnElement[Any]]]) -> ColumnElement[Any]:
+        parts: list[Any] = []
+        for key, value in pairs:
+            parts += [literal_column(f"'{key}'"), value]
+        return func.jsonb_build_object(*parts)
+
+    def session_number(self) -> ColumnElement[int]:
+        return func.pg_backend_pid()
+
     def json_records(self, name: str, columns: list[ColumnClause[Any]]) -> TableValuedAlias:
         # jsonb_to_recordset(rows) AS records(name type, ...)
         return (func.jsonb_to_recordset(bindparam(name, type_=JSONB))

@@ -87,6 +87,20 @@ def test_services_and_the_transaction_never_test_the_dialects_name() -> None:
     assert {name: found for name, found in named.items() if found} == {}
 
 
+#: A PostgreSQL-only SQL function called by name (func.pg_..., func.jsonb_...).
+DIALECT_FUNCTION = re.compile(r"\bfunc\.(pg_\w+|jsonb_\w+)")
+
+
+def test_services_call_no_dialects_own_sql_function() -> None:
+    """PostgreSQL's own functions (pg_*, jsonb_*) are the dialect component's to call:
+    a service asks it (``tx.sql.json_object``, ``sql.session_number``)."""
+    found = {str(path.relative_to(ROOT)): DIALECT_FUNCTION.findall(path.read_text("utf-8"))
+             for path in sorted((PACKAGE / "services").rglob("*.py"))}
+    assert {name: calls for name, calls in found.items() if calls} == {}
+    assert DIALECT_FUNCTION.findall("func.pg_backend_pid() + func.jsonb_build_object()") == [
+        "pg_backend_pid", "jsonb_build_object"]
+
+
 #: SQLAlchemy's private API that hubstore uses: allowed in hubstore/execution.py only.
 PRIVATE_SQLALCHEMY = re.compile(
     r"\b(_result_columns|_handle_dbapi_exception|InstanceState|DEFAULT_STATE_ATTR|"

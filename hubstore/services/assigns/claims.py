@@ -199,7 +199,7 @@ def _slots(sql: SqlDialect, picked: CTE) -> tuple[CTE, CTE]:
             .select_from(each.join(each_released, and_(
                 each_released.c.key == each.c.key, each_released.c.share == each.c.share)))
             .where(each.c.key == want.limit_key, spare >= 1)
-            .order_by((each.c.share + func.pg_backend_pid()) % limit.c.shares)
+            .order_by((each.c.share + sql.session_number()) % limit.c.shares)
             .limit(needed).with_for_update(of=each, key_share=True, skip_locked=True)
             .lateral("pick"))
     high = func.sum(pick.c.room).over(partition_by=want.limit_key, order_by=pick.c.share)

@@ -133,17 +133,19 @@ def notify_supervisor(tx: Transaction, job: AssignJob, event: str,
     return record_message(tx, **event_fields(job, event, **extra), max_depth=ENVELOPE_DEPTH)
 
 
-def _snapshot_json(done: Any) -> Any:
-    """jsonb_build_object of the 'completed' event's payload, from the finished row:
-    what notify_supervisor writes ({event, job_snapshot(job)}), built by the server."""
+def _snapshot_json(sql: SqlDialect, done: Any) -> Any:
+    """The 'completed' event's payload as a JSON object, from the finished row: what
+    notify_supervisor writes ({event, job_snapshot(job)}), built by the server."""
     columns = AssignJob.__mapper__.column_attrs
-    parts: list[Any] = [literal_column("'event'"), literal_column("'completed'")]
-    for name in SNAPSHOT_FIELDS:
-        parts += [literal_column(f"'{name}'"), done.c[columns[name].columns[0].name]]
-    return func.jsonb_build_object(*parts)
+    pairs: list[tuple[str, Any]] = [("event", literal_column("'completed'"))]
+    pairs += [(name, done.c[columns[name].columns[0].name]) for name in SNAPSHOT_FIELDS]
+    payload = sql.json_object(pairs)
+    assert payload is not None  # (reached where the dialect has writable CTEs only)
+    return payload
 
 
-def completed_event(done: Any, m_id: Any, m_corr: Any, m_trace: Any) -> Any:
+def completed_event(sql: SqlDialect, done: Any, m_id: Any, m_corr: Any, m_trace: Any
+                    ) -> Any:
     """The INSERT of the 'completed' event message (as notify_supervisor writes it) of
     each finished row of the WITH query ``done``; its id, and the correlation and trace
     ids a row without its own gets, are the SQL expressions given."""
@@ -157,7 +159,7 @@ def completed_event(done: Any, m_id: Any, m_corr: Any, m_trace: Any) -> Any:
                func.greatest(EVENT_MIN_PRIORITY, d.priority), d.ttl_ms, NOW, NOW + d.ttl_ms,
                func.coalesce(func.nullif(d.correlation_id, ""), m_corr),
                func.coalesce(func.nullif(d.trace_id, ""), m_trace),
-               _snapshot_json(done), literal_column("'queued'"))
+               _snapshot_json(sql, done), literal_column("'queued'"))
     ).cte("event")
 
 
@@ -167,7 +169,7 @@ def finish_with_event(sql: SqlDialect, retryable: bool) -> Prepared:
     notify_supervisor writes it) in one statement, so that a transaction in autocommit
     finishes a job in one round trip. Returns the finished job's row, or none."""
     done = cast(Update, finish_statement(sql, retryable).statement).cte("done")
-    event = completed_event(done, bindparam("m_id", type_=Text), bindparam("m_corr"),
+    event = completed_event(sql, done, bindparam("m_id", type_=Text), bindparam("m_corr"),
                              bindparam("m_trace"))
     return Prepared(select(done).add_cte(event), _jobs)
 

@@ -136,7 +136,7 @@ def _finish_many(sql: SqlDialect) -> Prepared | None:
             .where(_c.job_id == any_(ids), _c.job_id == r.job_id, every_one)
             .values(finished_values(r.status, r.result, r.error))
             .returning(*_c, r.m_id, r.m_corr, r.m_trace).cte("done"))
-    event = completed_event(done, done.c.m_id, done.c.m_corr, done.c.m_trace)
+    event = completed_event(sql, done, done.c.m_id, done.c.m_corr, done.c.m_trace)
     return Prepared(select(*(done.c[c.name] for c in _c)).add_cte(event), _jobs)
 
 
