@@ -11,6 +11,7 @@ from sqlalchemy import (
     ColumnClause,
     ColumnElement,
     Connection,
+    Engine,
     Executable,
     FromClause,
     Integer,
@@ -107,6 +108,12 @@ class SqlDialect(ABC):
         """Records bound as ``name``, one JSON array of objects, as a FROM item named
         ``records`` with ``columns`` (each value converted to its column's type; a key
         missing from an object is NULL). None where the dialect has no such function."""
+        return None
+
+    def fold_counter_deltas(self, engine: Engine) -> None:
+        """Fold the counters' pending deltas (revision 0004's, and revision 0015's of
+        the workers' jobs) into the counters, one folder at a time, then reclaim the
+        delta rows. Nothing where the dialect's triggers write the counters directly."""
         return None
 
     def json_object(self, pairs: list[tuple[str, ColumnElement[Any]]]

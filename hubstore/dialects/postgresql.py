@@ -11,6 +11,7 @@ from sqlalchemy import (
     ColumnClause,
     ColumnElement,
     Connection,
+    Engine,
     Executable,
     FromClause,
     Integer,
@@ -38,6 +39,29 @@ from hubstore.jsontype import dumps
 _UPPER = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _LOWER = _UPPER.lower()
 _ASCII_LOWER = str.maketrans(_UPPER, _LOWER)
+
+
+#: Revision 0004's and 0015's counter deltas: one folder at a time (a transaction-scoped
+#: advisory lock), each table's deltas moved into its counters by one statement.
+_TRY_FOLD_LOCK = text("SELECT pg_try_advisory_xact_lock(:key)")
+FOLD_LOCK_KEY = 0x6875_6266_6F6C_64  # "hubfold"
+_FOLD = text("""
+    WITH moved AS (DELETE FROM hub_counter_deltas RETURNING name, delta)
+    INSERT INTO hub_counters (name, value)
+    SELECT name, sum(delta) FROM moved GROUP BY name
+    ON CONFLICT (name) DO UPDATE SET value = hub_counters.value + EXCLUDED.value""")
+_FOLD_WORKERS = (
+    text("""
+    WITH moved AS (DELETE FROM assign_worker_count_deltas
+                   RETURNING worker_agent, queued, running)
+    INSERT INTO assign_worker_counts (worker_agent, queued, running)
+    SELECT worker_agent, sum(queued), sum(running) FROM moved GROUP BY worker_agent
+    ON CONFLICT (worker_agent) DO UPDATE
+       SET queued = assign_worker_counts.queued + EXCLUDED.queued,
+           running = assign_worker_counts.running + EXCLUDED.running"""),
+    text("DELETE FROM assign_worker_counts WHERE queued = 0 AND running = 0"))
+# SKIP_LOCKED: if another fold's vacuum or autovacuum is at it, leave it to them.
+_VACUUM_DELTAS = "VACUUM (SKIP_LOCKED) hub_counter_deltas, assign_worker_count_deltas"
 
 
 class PostgreSQLDialect(SqlDialect):
@@ -79,6 +103,19 @@ class PostgreSQLDialect(SqlDialect):
             literal_column(f"NULL::{table.name}"), bindparam(name, type_=JSONB)
         ).table_valued(*(column.name for column in table.c))
         return select(*(rows.c[column.name] for column in table.c))
+
+    def fold_counter_deltas(self, engine: Engine) -> None:
+        with engine.begin() as conn:
+            if not conn.scalar(_TRY_FOLD_LOCK, {"key": FOLD_LOCK_KEY}):
+                return
+            conn.execute(_FOLD)
+            for statement in _FOLD_WORKERS:
+                conn.execute(statement)
+        # Until a vacuum clears the rows the fold deleted, every figures read scans them
+        # again: after 100,000 messages, figures ran at about 30 reads/s, instead of
+        # over 1,000, until autovacuum came by. (VACUUM runs outside any transaction.)
+        with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+            conn.exec_driver_sql(_VACUUM_DELTAS)
 
     def json_object(self, pairs: list[tuple[str, ColumnElement[Any]]]) -> ColumnElement[Any]:
         parts: list[Any] = []

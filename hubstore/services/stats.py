@@ -30,7 +30,7 @@ from sqlalchemy import (
 )
 
 from hubstore import figures
-from hubstore.dialects import SqlDialect
+from hubstore.dialects import SqlDialect, dialect_for
 from hubstore.execution import execute, scalar, scalars
 from hubstore.models import Agent, Message, table_of
 from hubstore.services.assigns.limits import get_assign_limits
@@ -87,17 +87,8 @@ _FIGURES_WITH_DELTAS = text("""
         UNION ALL SELECT '_pending', count(*) FROM hub_counter_deltas
         UNION ALL SELECT 'online_agents', count(*) FROM agents WHERE status = 'online'
     ) AS figures GROUP BY name""")
-_TRY_FOLD_LOCK = text("SELECT pg_try_advisory_xact_lock(:key)")
-_FOLD = text("""
-    WITH moved AS (DELETE FROM hub_counter_deltas RETURNING name, delta)
-    INSERT INTO hub_counters (name, value)
-    SELECT name, sum(delta) FROM moved GROUP BY name
-    ON CONFLICT (name) DO UPDATE SET value = hub_counters.value + EXCLUDED.value""")
 #: Fold the deltas once this many are pending (a read then sums fewer rows).
 FOLD_AT = 1_000
-FOLD_LOCK_KEY = 0x6875_6266_6F6C_64  # "hubfold"
-# SKIP_LOCKED: if another fold's vacuum or autovacuum is at it, leave it to them.
-_VACUUM_DELTAS = "VACUUM (SKIP_LOCKED) hub_counter_deltas, assign_worker_count_deltas"
 
 # Revision 0015: each worker's queued and running jobs, a row per worker that has any
 # (SQLite's triggers delete a row left at zero; on PostgreSQL the fold does); on
@@ -120,16 +111,6 @@ def _busiest(rows: str) -> TextClause:
 _WORKERS = _busiest(WORKER_ROWS)
 _WORKERS_WITH_DELTAS = _busiest(WORKER_ROWS_WITH_DELTAS)
 _WORKER_DELTAS_PENDING = text("SELECT count(*) FROM assign_worker_count_deltas")
-_FOLD_WORKERS = (
-    text("""
-    WITH moved AS (DELETE FROM assign_worker_count_deltas
-                   RETURNING worker_agent, queued, running)
-    INSERT INTO assign_worker_counts (worker_agent, queued, running)
-    SELECT worker_agent, sum(queued), sum(running) FROM moved GROUP BY worker_agent
-    ON CONFLICT (worker_agent) DO UPDATE
-       SET queued = assign_worker_counts.queued + EXCLUDED.queued,
-           running = assign_worker_counts.running + EXCLUDED.running"""),
-    text("DELETE FROM assign_worker_counts WHERE queued = 0 AND running = 0"))
 
 
 def counts(tx: Transaction) -> dict[str, int]:
@@ -152,25 +133,9 @@ def counts(tx: Transaction) -> dict[str, int]:
 
 def fold_deltas(engine: Engine) -> None:
     """Fold the pending deltas into the counters, the hub's and the workers' (one folder
-    at a time), then vacuum."""
-    with engine.begin() as conn:
-        if not conn.scalar(_TRY_FOLD_LOCK, {"key": FOLD_LOCK_KEY}):
-            return
-        conn.execute(_FOLD)
-        for statement in _FOLD_WORKERS:
-            conn.execute(statement)
-    vacuum_deltas(engine)
-
-
-def vacuum_deltas(engine: Engine) -> None:
-    """Reclaim the delta rows a fold deleted (VACUUM runs outside any transaction).
-
-    Until a vacuum clears them, every figures read scans them again: after 100,000
-    messages, figures ran at about 30 reads/s, instead of over 1,000, until autovacuum
-    came by.
-    """
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.exec_driver_sql(_VACUUM_DELTAS)
+    at a time), then vacuum: the dialect's statements (PostgreSQL's; see
+    ``SqlDialect.fold_counter_deltas``)."""
+    dialect_for(engine.dialect.name).fold_counter_deltas(engine)
 
 
 def jobs_by_worker(tx: Transaction, limit: int) -> list[tuple[str, int, int]]:
