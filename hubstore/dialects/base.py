@@ -14,7 +14,6 @@ from sqlalchemy import (
     Engine,
     Executable,
     FromClause,
-    Integer,
     Select,
     String,
     Table,
@@ -123,10 +122,15 @@ class SqlDialect(ABC):
         SQL (it has no writable CTEs: its events are built in Python)."""
         return None
 
-    def session_number(self) -> ColumnElement[int]:
-        """A number that differs between the sessions running side by side (where each
-        claimer starts trying a limit's shares); 0 where one session writes at a time."""
-        return literal_column("0", Integer)
+    def claim_slots(self, picked: CTE, released: CTE, now: ColumnElement[Any]
+                    ) -> tuple[CTE, CTE] | None:
+        """Where claims run side by side (row locks): the room each assign limit's picked
+        jobs take, under a lock, and the statement that counts it (see
+        services/assigns/claims.py's ``claim_statement``: ``picked`` is its picked jobs,
+        ``released`` each share's releases, ``now`` the claim's time). None where one
+        writer runs at a time (SQLite: what the claim picked is what it takes, and a
+        limit has one share)."""
+        return None
 
     def likely(self, condition: ColumnElement[bool]) -> ColumnElement[bool]:
         """``condition``, with a hint that it selects most rows (SQLite's planner)."""
