@@ -1,4 +1,5 @@
-"""The store's business rules, one module per concern.
+"""The store's business rules, one module per concern (the assign jobs' in a package of
+their own, :mod:`hubstore.services.assigns`).
 
 Each store method is a plain function whose first argument is a
 :class:`~hubstore.transaction.Scope`: it validates its arguments, then opens the
