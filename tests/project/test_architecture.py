@@ -93,7 +93,7 @@ DIALECT_FUNCTION = re.compile(r"\bfunc\.(pg_\w+|jsonb_\w+)")
 
 def test_services_call_no_dialects_own_sql_function() -> None:
     """PostgreSQL's own functions (pg_*, jsonb_*) are the dialect component's to call:
-    a service asks it (``tx.sql.json_object``, ``sql.session_number``)."""
+    a service asks it (``tx.sql.json_object``, ``sql.claim_slots``)."""
     found = {str(path.relative_to(ROOT)): DIALECT_FUNCTION.findall(path.read_text("utf-8"))
              for path in sorted((PACKAGE / "services").rglob("*.py"))}
     assert {name: calls for name, calls in found.items() if calls} == {}
