@@ -86,7 +86,7 @@ def classify(stack: list[tuple[str, str]]) -> str:
         callers = [(f, p) for f, p in stack if "/hubstore/" in p or p.startswith("hubstore/")]
         caller, where = callers[-1] if callers else ("", "")
         if caller in ("__enter__", "_on_begin", "begin") and where.endswith(
-                ("uow.py", "engine.py", "sqlite.py")):
+                ("uow.py", "engine.py", "sqlite_setup.py")):
             return "begin"
         if caller in ("_end", "__exit__", "commit"):
             return "commit"
@@ -96,7 +96,7 @@ def classify(stack: list[tuple[str, str]]) -> str:
         return "sqlalchemy"
     if path.endswith(("validation.py", "jsontype.py")):
         return "validation"
-    if path.endswith(("uow.py", "connections.py", "engine.py", "sqlite.py")):
+    if path.endswith(("uow.py", "connections.py", "engine.py", "sqlite_setup.py")):
         return "unit of work"
     if path.endswith("services/base.py"):
         return "prepared"

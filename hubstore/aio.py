@@ -51,8 +51,8 @@ from hubstore.database import AssignListener
 from hubstore.engine import BUSY_TIMEOUT_MS
 from hubstore.errors import StoreClosed
 from hubstore.models import AssignJob, Message
-from hubstore.services.assign_hub import MAX_BATCH
-from hubstore.services.assigns import put_back_claim
+from hubstore.services.assigns.batches import MAX_BATCH
+from hubstore.services.assigns.moves import put_back_claim
 from hubstore.services.waiting import (
     MessageFeed,
     check_batch,

@@ -36,6 +36,7 @@ from hubstore.types import (
     HumanState,
     MessageStatus,
     MessageType,
+    NewAssign,
     PipelineFields,
     ReflexionPatch,
     ReflexionType,
@@ -493,7 +494,7 @@ class AsyncOperations:
         return await self._call(self._sync_ops().retry_assign, job_id, **patch)
 
     async def assign_async(
-        self, supervisor_agent: str, worker_agent: str, **fields: Any
+        self, supervisor_agent: str, worker_agent: str, **fields: Unpack[NewAssign]
     ) -> AssignJob:
         """Await :meth:`HubStore.assign_async`: Create a job and record its dispatch to the
         worker, in one transaction.
@@ -672,7 +673,7 @@ class AsyncOperations:
         *,
         cron: str | None = None,
         every_ms: int | None = None,
-        **job: Any,
+        **job: Unpack[NewAssign],
     ) -> AssignSchedule:
         """Await :meth:`HubStore.set_assign_schedule`: Queue an assign from
         ``supervisor_agent`` to ``worker_agent`` at every tick of ``cron`` (a cron

@@ -39,6 +39,8 @@ TRANSITIONS: Mapping[str, frozenset[str]] = {
 RETRY_ONLY = frozenset({("failed", "queued"), ("timed_out", "queued")})
 #: Moves that only a put-back may make (and a put-back makes no other).
 PUT_BACK_ONLY = frozenset({("running", "queued")})
+#: The statuses a retry starts from.
+RETRYABLE = frozenset(source for source, _ in RETRY_ONLY)
 #: The status a claim takes a job from (a claim is the move to running).
 CLAIMABLE = "queued"
 

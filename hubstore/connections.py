@@ -22,7 +22,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Engine
 
-from hubstore import execution, forks, sqlite
+from hubstore import execution, forks, sqlite_setup
 from hubstore.urls import sqlite_path
 
 #: Connection.info key (PostgreSQL): the psycopg setting acquire changed, and its value
@@ -69,13 +69,13 @@ def _close_all(conns: list[Connection | None]) -> None:
 class ConnectionSource:
     """Hands out a connection per unit of work, and the SQLite writers' lock."""
 
-    def __init__(self, engine: Engine, *, busy_timeout_ms: int = sqlite.BUSY_TIMEOUT_MS
+    def __init__(self, engine: Engine, *, busy_timeout_ms: int = sqlite_setup.BUSY_TIMEOUT_MS
                  ) -> None:
         self.engine = engine
         self.is_sqlite = engine.dialect.name == "sqlite"
         path = sqlite_path(engine.url)
         #: SQLite files only: the queue writers take turns in (None elsewhere).
-        self.writers = (sqlite.WriterLock(path, busy_timeout_ms / 1000)
+        self.writers = (sqlite_setup.WriterLock(path, busy_timeout_ms / 1000)
                         if path is not None else None)
         self._fork = forks.generation()
         self._local = threading.local()
@@ -155,9 +155,9 @@ class ConnectionSource:
     def _open(self, write: bool) -> Connection:
         conn = self.engine.connect()
         if write:
-            conn.execution_options(**{sqlite.BEGIN_MODE: "IMMEDIATE"})
+            conn.execution_options(**{sqlite_setup.BEGIN_MODE: "IMMEDIATE"})
         else:
-            sqlite.set_query_only(conn, True)
+            sqlite_setup.set_query_only(conn, True)
         return conn
 
     def release(self, conn: Connection, write: bool, *, broken: bool = False) -> None:

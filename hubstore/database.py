@@ -24,7 +24,7 @@ from hubstore.dialects import SqlDialect, dialect_for
 from hubstore.errors import StoreClosed
 from hubstore.models import AssignJob
 from hubstore.signals import ChangeWatcher
-from hubstore.sqlite import BUSY_TIMEOUT_MS
+from hubstore.sqlite_setup import BUSY_TIMEOUT_MS
 from hubstore.types import AssignEvent
 
 #: A status listener: called with the event (AssignEvent) and the job after each commit.
@@ -75,7 +75,7 @@ class Database:
         self.features = Features.detect(engine)
         self.connections = ConnectionSource(engine, busy_timeout_ms=busy_timeout_ms)
         self.assign_listeners: list[AssignListener] = []
-        #: When this store's claims next look for stalled jobs (services/timeouts.py).
+        #: When this store's claims next look for stalled jobs (services/assigns/rescue.py).
         self.rescue_at_ms = 0
         #: The unit of work open in this thread or task, which store calls join.
         self.current_uow: ContextVar[OpenUnitOfWork | None] = ContextVar(

@@ -1,7 +1,7 @@
 """Engines per dialect: SQLite (embedded default) and PostgreSQL (psycopg 3).
 
 URL handling lives in :mod:`hubstore.urls` (re-exported here), SQLite's connection
-set-up and BEGIN path in :mod:`hubstore.sqlite`, PostgreSQL's connect settings and the
+set-up and BEGIN path in :mod:`hubstore.sqlite_setup`, PostgreSQL's connect settings and the
 bound on each call in :mod:`hubstore.pg_connections`.
 """
 
@@ -17,10 +17,10 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import URL
 from sqlalchemy.pool import NullPool
 
-from hubstore import pg_connections, sqlite
+from hubstore import pg_connections, sqlite_setup
 from hubstore.jsontype import dumps
 from hubstore.pg_connections import CALL_TIMEOUT_S, CONNECT_TIMEOUT_S
-from hubstore.sqlite import BEGIN_MODE, BUSY_TIMEOUT_MS
+from hubstore.sqlite_setup import BEGIN_MODE, BUSY_TIMEOUT_MS
 from hubstore.urls import (
     ENV_URL,
     HUBSTORE_OPTIONS,
@@ -137,6 +137,6 @@ def create_hub_engine(url: URL, *, wal: bool = True, foreign_keys: bool = True,
     kwargs.setdefault("poolclass", NullPool)
     connect_args = {"check_same_thread": False, **kwargs.pop("connect_args", {})}
     engine = create_engine(url, connect_args=connect_args, **kwargs)
-    sqlite.configure_engine(engine, wal=wal, foreign_keys=foreign_keys,
+    sqlite_setup.configure_engine(engine, wal=wal, foreign_keys=foreign_keys,
                             busy_timeout_ms=busy_timeout_ms)
     return engine

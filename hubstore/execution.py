@@ -188,45 +188,126 @@ class Prepared:
     still pass through the column types' bind processors (strict JSON included), and
     results through their result processors. Only the per-call layer is skipped.
 
-    PostgreSQL (psycopg): the statement is compiled once for the dialect (its casts
-    included) and run on a cursor of the unit of work's psycopg connection, in its
-    transaction; psycopg still prepares it server-side after a few runs (unless the URL
-    says ``?pgbouncer=true``). Result keys and types come from the compiled statement,
-    as SQLAlchemy's result takes them, not from ``cursor.description`` (psycopg builds
-    a Column object per result column on each read of it). Its placeholders are
-    PostgreSQL's own ($1, $2, ...), run on psycopg's RawCursor (psycopg 3.2 or newer):
-    psycopg parses a statement's ``%(name)s`` placeholders on every run once it is longer
-    than 4 KiB (its cache's bound), about 80 us of each claim. A driver error goes
-    through SQLAlchemy's own handling (the same wrapped error, a lost connection
-    invalidated with the pool's older ones). A statement with IN lists (post-compile
-    parameters) runs through SQLAlchemy.
+    Each driver has a runner of its own, made the first time the statement runs on
+    that dialect: :class:`_SQLiteRunner` (Python's sqlite3) and :class:`_PgRunner`
+    (psycopg; see there). A statement with IN lists (post-compile parameters) runs
+    through SQLAlchemy.
     """
 
     def __init__(self, statement: Executable, table: Table | None = None) -> None:
         self.statement = statement
         #: Where result columns take their types from on SQLite (by name).
         self.table = table
-        self._compiled: tuple[str, list[tuple[str, Any, Any]]] | None = None
-        #: SQLite: the result's column names, read once from ``cursor.description``.
-        self._names: tuple[str, ...] | None = None
-        #: SQLite: the bound names and their columns' result processors (``inserted``).
-        self._bound_readers: tuple[tuple[str, ...], list[Any]] | None = None
-        #: PostgreSQL: the compiled statement (None when it must run through SQLAlchemy),
-        #: once _pg_compiled.
-        self._pg: _PgPlan | None = None
-        self._pg_compiled = False
-        #: PostgreSQL: this INSERT with RETURNING, for inserted() (made on first use).
-        self._returning: Prepared | None = None
-        self._readers: dict[tuple[str, ...], list[Any]] = {}
-        self._pg_readers: dict[tuple[str, ...], list[Any]] = {}
-        self._plans: dict[tuple[type[Any], tuple[str, ...]],
-                          tuple[list[str], list[Any], int | None]] = {}
-        self._pg_plans: dict[tuple[type[Any], tuple[str, ...]],
-                             tuple[list[str], list[Any], int | None]] = {}
+        #: Each dialect's runner (by its name), made on the statement's first run there.
+        self._runners: dict[str, _SQLiteRunner | _PgRunner] = {}
+
+    def _runner(self, uow: Runner) -> _SQLiteRunner | _PgRunner:
+        """The runner of the unit of work's dialect, chosen once per dialect."""
+        dialect = uow.dialect
+        runner = self._runners.get(dialect)
+        if runner is None:
+            runner = self._runners[dialect] = (
+                _SQLiteRunner(self) if dialect == "sqlite" else _PgRunner(self))
+        return runner
+
+    @property
+    def _pg(self) -> _PgPlan | None:
+        """The statement as compiled for psycopg (None before it ran on PostgreSQL, or
+        where it runs through SQLAlchemy)."""
+        runner = self._runners.get("postgresql")
+        return runner.plan if isinstance(runner, _PgRunner) else None
+
+    def run(self, uow: Runner, values: dict[str, Any]) -> int:
+        """Execute with ``values`` (keyed by bind name); the number of rows it touched."""
+        done = self._runner(uow).fetch(uow, values)
+        if done is None:
+            return int(uow.connection.execute(self.statement, values).rowcount)
+        return int(done[0])
+
+    def rows(self, uow: Runner, values: dict[str, Any]) -> list[dict[str, Any]]:
+        """Execute and return every row as a dict keyed by column name."""
+        done = self._runner(uow).fetch(uow, values)
+        if done is None:
+            return [dict(row) for row in
+                    uow.connection.execute(self.statement, values).mappings()]
+        _, names, fetched, readers = done
+        return [{name: value if read is None else read(value)
+                 for name, read, value in zip(names, readers, row, strict=True)}
+                for row in fetched]
+
+    def instances(self, uow: Runner, values: dict[str, Any], model: type[M]) -> list[M]:
+        """Execute and return every row as a transient ``model`` instance (as
+        ``model.from_row`` makes it), built straight from the fetched tuples."""
+        runner = self._runner(uow)
+        done = runner.fetch(uow, values)
+        if done is None:
+            return [from_row(model, row) for row in self.rows(uow, values)]
+        _, names, fetched, readers = done
+        plans = runner.plans
+        plan = plans.get((model, names))
+        if plan is None:
+            keys = model.column_keys()
+            key_column = model.key_column()
+            plan = plans[(model, names)] = (
+                [keys[name] for name in names],
+                [(i, keys[name], read) for i, (name, read) in enumerate(
+                    zip(names, readers, strict=True)) if read is not None],
+                names.index(key_column) if key_column in names else None)
+        attrs, decoded, at = plan
+        made = []
+        for row in fetched:
+            instance, state = blank(model)
+            values = instance.__dict__
+            values.update(zip(attrs, row, strict=True))
+            for i, key, read in decoded:
+                values[key] = read(row[i])
+            if at is not None and row[at] is not None:  # detached, as from_row makes it
+                state.key = (model, (row[at],), None)
+            made.append(instance)
+        return made
+
+    def inserted(self, uow: Runner, values: dict[str, Any], model: type[M]) -> M:
+        """Run this INSERT of one row, each column bound by its own name, and return the
+        row as a ``model`` instance, as ``INSERT ... RETURNING *`` reads it (each
+        runner's ``inserted`` says how)."""
+        return self._runner(uow).inserted(uow, values, model)
+
+    def instance(self, uow: Runner, values: dict[str, Any], model: type[M]) -> M | None:
+        """The first row as a ``model`` instance (see :meth:`instances`), or None."""
+        made = self.instances(uow, values, model)
+        return made[0] if made else None
+
+    def first(self, uow: Runner, values: dict[str, Any]) -> dict[str, Any] | None:
+        """Execute and return the first row (keyed by column name), or None."""
+        rows = self.rows(uow, values)
+        return rows[0] if rows else None
+
+
+#: (rowcount, result keys, rows, result processors) of a statement run on the driver.
+Fetched = tuple[int, tuple[str, ...], list[Any], list[Any]]
+#: A model's plan of a result: its attribute keys, the decoded columns, the key's index.
+_ModelPlans = dict[tuple[type[Any], tuple[str, ...]], tuple[list[str], list[Any], int | None]]
+
+
+class _SQLiteRunner:
+    """Prepared's SQLite half: the statement compiled once (positional ``?``), run on
+    the unit of work's sqlite3 connection."""
+
+    __slots__ = ("bound_readers", "compiled", "names", "plans", "prepared", "readers")
+
+    def __init__(self, prepared: Prepared) -> None:
+        self.prepared = prepared
+        self.compiled: tuple[str, list[tuple[str, Any, Any]]] | None = None
+        #: The result's column names, read once from ``cursor.description``.
+        self.names: tuple[str, ...] | None = None
+        #: The bound names and their columns' result processors (``inserted``).
+        self.bound_readers: tuple[tuple[str, ...], list[Any]] | None = None
+        self.readers: dict[tuple[str, ...], list[Any]] = {}
+        self.plans: _ModelPlans = {}
 
     def _compile(self, uow: Runner) -> tuple[str, list[tuple[str, Any, Any]]]:
         dialect = uow.db.engine.dialect
-        compiled = cast(SQLCompiler, cast(ClauseElement, self.statement).compile(
+        compiled = cast(SQLCompiler, cast(ClauseElement, self.prepared.statement).compile(
             dialect=dialect))
         if compiled.post_compile_params:  # IN (...) lists and literal_execute values
             raise TypeError("Prepared statements take plain bound values only")
@@ -235,26 +316,20 @@ class Prepared:
             bind = compiled.binds[name]  # a value written into the statement is its default
             processor = bind.type.dialect_impl(dialect).bind_processor(dialect)
             params.append((name, processor, bind.value))
-        self._compiled = (str(compiled), params)
-        return self._compiled
-
-    def _execute(self, uow: Runner, values: dict[str, Any]
-                 ) -> tuple[int, tuple[str, ...], list[Any]]:
-        """Run on SQLite: (rowcount, column names, rows)."""
-        sql, args = self._bind(uow, values)
-        return self._run_sqlite(uow, sql, args)
+        self.compiled = (str(compiled), params)
+        return self.compiled
 
     def _bind(self, uow: Runner, values: dict[str, Any]) -> tuple[str, list[Any]]:
-        """SQLite: the statement's text and its positional values, bind-processed."""
-        sql, params = self._compiled or self._compile(uow)
+        """The statement's text and its positional values, bind-processed."""
+        sql, params = self.compiled or self._compile(uow)
         args = []
         for name, process, default in params:
             value = values.get(name, default)
             args.append(value if process is None else process(value))
         return sql, args
 
-    def _run_sqlite(self, uow: Runner, sql: str, args: list[Any]
-                    ) -> tuple[int, tuple[str, ...], list[Any]]:
+    def _run(self, uow: Runner, sql: str, args: list[Any]
+             ) -> tuple[int, tuple[str, ...], list[Any]]:
         if uow.statements_watched():
             # Someone watches statements (echo, OpenTelemetry, Sentry): go through
             # SQLAlchemy's execution layer, which tells them; it costs a few µs.
@@ -266,18 +341,84 @@ class Prepared:
         description = cursor.description
         if description is None:
             return cursor.rowcount, (), []
-        names = self._names  # the statement names its columns: the same on every run
+        names = self.names  # the statement names its columns: the same on every run
         if names is None or len(names) != len(description):
-            names = self._names = tuple(d[0] for d in description)
+            names = self.names = tuple(d[0] for d in description)
         return cursor.rowcount, names, cursor.fetchall()
 
-    def _compile_pg(self, uow: Runner) -> _PgPlan | None:
-        """PostgreSQL: the statement compiled for psycopg, or None (run it through
-        SQLAlchemy) when its parameters need SQLAlchemy's execution layer."""
+    def fetch(self, uow: Runner, values: dict[str, Any]) -> Fetched:
+        """Run: (rowcount, result keys, rows, result processors)."""
+        sql, args = self._bind(uow, values)
+        rowcount, names, fetched = self._run(uow, sql, args)
+        readers = self.readers.get(names)
+        if readers is None:
+            readers = self.readers[names] = [self._reader(uow, name) for name in names]
+        return rowcount, names, fetched, readers
+
+    def inserted(self, uow: Runner, values: dict[str, Any], model: type[M]) -> M:
+        """The values bound (after the columns' bind processors), read back through the
+        columns' result processors: with every column named there is nothing else the
+        row can hold, and no RETURNING to pay for (on SQLite it costs an INSERT of 24
+        columns a third more instructions)."""
+        sql, args = self._bind(uow, values)
+        self._run(uow, sql, args)
+        known = self.bound_readers
+        if known is None:
+            names = tuple(name for name, _, _ in (self.compiled or self._compile(uow))[1])
+            known = self.bound_readers = (names, [self._reader(uow, name)
+                                                  for name in names])
+        names, readers = known
+        return from_row(model, {name: value if read is None else read(value)
+                               for name, read, value in zip(names, readers, args,
+                                                            strict=True)})
+
+    def _reader(self, uow: Runner, name: str) -> Any:
+        table = self.prepared.table
+        if table is None or name not in table.c:
+            return None
+        dialect = uow.db.engine.dialect
+        column_type = table.c[name].type
+        if isinstance(column_type, JSONText):
+            return column_type.sqlite_reader()
+        if isinstance(column_type, Float):
+            # SQLite's RETURNING gives a whole REAL (0.0, 1.0) as the int it stores it as
+            return _as_float
+        return column_type.dialect_impl(dialect).result_processor(dialect, None)
+
+
+class _PgRunner:
+    """Prepared's PostgreSQL half (psycopg): the statement is compiled once for the
+    dialect (its casts included) and run on a cursor of the unit of work's psycopg
+    connection, in its transaction; psycopg still prepares it server-side after a few
+    runs (unless the URL says ``?pgbouncer=true``). Result keys and types come from the
+    compiled statement, as SQLAlchemy's result takes them, not from
+    ``cursor.description`` (psycopg builds a Column object per result column on each
+    read of it). Its placeholders are PostgreSQL's own ($1, $2, ...), run on psycopg's
+    RawCursor (psycopg 3.2 or newer): psycopg parses a statement's ``%(name)s``
+    placeholders on every run once it is longer than 4 KiB (its cache's bound), about
+    80 us of each claim. A driver error goes through SQLAlchemy's own handling (the same
+    wrapped error, a lost connection invalidated with the pool's older ones)."""
+
+    __slots__ = ("compiled", "plan", "plans", "prepared", "readers", "returning")
+
+    def __init__(self, prepared: Prepared) -> None:
+        self.prepared = prepared
+        #: The compiled statement (None when it must run through SQLAlchemy), once
+        #: ``compiled``.
+        self.plan: _PgPlan | None = None
+        self.compiled = False
+        #: This INSERT with RETURNING, for inserted() (made on first use).
+        self.returning: Prepared | None = None
+        self.readers: dict[tuple[str, ...], list[Any]] = {}
+        self.plans: _ModelPlans = {}
+
+    def _compile(self, uow: Runner) -> _PgPlan | None:
+        """The statement compiled for psycopg, or None (run it through SQLAlchemy) when
+        its parameters need SQLAlchemy's execution layer."""
         dialect = uow.db.engine.dialect
         plan: _PgPlan | None = None
         numbered = _numbered(dialect)
-        compiled = cast(SQLCompiler, cast(ClauseElement, self.statement).compile(
+        compiled = cast(SQLCompiler, cast(ClauseElement, self.prepared.statement).compile(
             dialect=numbered or dialect))
         if (dialect.driver == "psycopg" and not compiled.post_compile_params
                 and not compiled.escaped_bind_names
@@ -294,21 +435,13 @@ class Prepared:
             columns = [(entry[0], entry[3]) for entry in compiled._result_columns]
             plan = _PgPlan(sql, sql.encode(), list(params.values()), columns,
                            numbered is not None)
-        self._pg, self._pg_compiled = plan, True
+        self.plan, self.compiled = plan, True
         return plan
 
-    def _fetch(self, uow: Runner, values: dict[str, Any]
-               ) -> tuple[int, tuple[str, ...], list[Any], list[Any]] | None:
+    def fetch(self, uow: Runner, values: dict[str, Any]) -> Fetched | None:
         """Run on the driver: (rowcount, result keys, rows, result processors), or None
-        when the statement must go through SQLAlchemy (PostgreSQL, see the class)."""
-        if uow.dialect == "sqlite":
-            rowcount, names, fetched = self._execute(uow, values)
-            readers = self._readers.get(names)
-            if readers is None:
-                readers = self._readers[names] = [self._reader(uow, name)
-                                                  for name in names]
-            return rowcount, names, fetched, readers
-        plan = self._pg if self._pg_compiled else self._compile_pg(uow)
+        when the statement must go through SQLAlchemy (see the class)."""
+        plan = self.plan if self.compiled else self._compile(uow)
         if plan is None or uow.statements_watched():
             return None
         bound = []
@@ -341,14 +474,14 @@ class Prepared:
             return cursor.rowcount, (), [], []
         fetched = cursor.fetchall()
         if plan.keys is None:
-            names, readers = self._pg_result(uow, plan, result)
+            names, readers = self._result(uow, plan, result)
         else:
             names = plan.keys
-            readers = self._pg_readers[names]
+            readers = self.readers[names]
         return cursor.rowcount, names, fetched, readers
 
-    def _pg_result(self, uow: Runner, plan: _PgPlan, result: Any
-                   ) -> tuple[tuple[str, ...], list[Any]]:
+    def _result(self, uow: Runner, plan: _PgPlan, result: Any
+                ) -> tuple[tuple[str, ...], list[Any]]:
         """The result keys and processors, on a statement's first run: the compiled
         statement's columns, as SQLAlchemy's result takes them (the server's type of each
         column decides the processor, as from ``cursor.description``)."""
@@ -364,110 +497,20 @@ class Prepared:
                    column_type.dialect_impl(dialect).result_processor(dialect,
                                                                       result.ftype(i))
                    for i, column_type in enumerate(types)]
-        self._pg_readers[names] = readers
+        self.readers[names] = readers
         plan.keys = names
         return names, readers
 
-    def run(self, uow: Runner, values: dict[str, Any]) -> int:
-        """Execute with ``values`` (keyed by bind name); the number of rows it touched."""
-        done = self._fetch(uow, values)
-        if done is None:
-            return int(uow.connection.execute(self.statement, values).rowcount)
-        return int(done[0])
-
-    def rows(self, uow: Runner, values: dict[str, Any]) -> list[dict[str, Any]]:
-        """Execute and return every row as a dict keyed by column name."""
-        done = self._fetch(uow, values)
-        if done is None:
-            return [dict(row) for row in
-                    uow.connection.execute(self.statement, values).mappings()]
-        _, names, fetched, readers = done
-        return [{name: value if read is None else read(value)
-                 for name, read, value in zip(names, readers, row, strict=True)}
-                for row in fetched]
-
-    def instances(self, uow: Runner, values: dict[str, Any], model: type[M]) -> list[M]:
-        """Execute and return every row as a transient ``model`` instance (as
-        ``model.from_row`` makes it), built straight from the fetched tuples."""
-        done = self._fetch(uow, values)
-        if done is None:
-            return [from_row(model, row) for row in self.rows(uow, values)]
-        _, names, fetched, readers = done
-        plans = self._plans if uow.dialect == "sqlite" else self._pg_plans
-        plan = plans.get((model, names))
-        if plan is None:
-            keys = model.column_keys()
-            key_column = model.key_column()
-            plan = plans[(model, names)] = (
-                [keys[name] for name in names],
-                [(i, keys[name], read) for i, (name, read) in enumerate(
-                    zip(names, readers, strict=True)) if read is not None],
-                names.index(key_column) if key_column in names else None)
-        attrs, decoded, at = plan
-        made = []
-        for row in fetched:
-            instance, state = blank(model)
-            values = instance.__dict__
-            values.update(zip(attrs, row, strict=True))
-            for i, key, read in decoded:
-                values[key] = read(row[i])
-            if at is not None and row[at] is not None:  # detached, as from_row makes it
-                state.key = (model, (row[at],), None)
-            made.append(instance)
-        return made
-
     def inserted(self, uow: Runner, values: dict[str, Any], model: type[M]) -> M:
-        """Run this INSERT of one row, each column bound by its own name, and return the
-        row as a ``model`` instance, as ``INSERT ... RETURNING *`` reads it.
-
-        PostgreSQL: with RETURNING (JSONB's own form of the values, as the server stored
-        them). SQLite: the values bound (after the columns' bind processors), read back
-        through the columns' result processors: with every column named there is
-        nothing else the row can hold, and no RETURNING to pay for (on SQLite it costs
-        an INSERT of 24 columns a third more instructions).
-        """
-        if uow.dialect != "sqlite":
-            returning = self._returning
-            if returning is None:
-                table = self.table
-                assert table is not None, "inserted() needs the table of the INSERT"
-                returning = self._returning = Prepared(
-                    cast(Insert, self.statement).returning(*table.c), table)
-            [row] = returning.instances(uow, values, model)
-            return row
-        sql, args = self._bind(uow, values)
-        self._run_sqlite(uow, sql, args)
-        known = self._bound_readers
-        if known is None:
-            names = tuple(name for name, _, _ in (self._compiled or self._compile(uow))[1])
-            known = self._bound_readers = (names, [self._reader(uow, name)
-                                                   for name in names])
-        names, readers = known
-        return from_row(model, {name: value if read is None else read(value)
-                               for name, read, value in zip(names, readers, args,
-                                                            strict=True)})
-
-    def instance(self, uow: Runner, values: dict[str, Any], model: type[M]) -> M | None:
-        """The first row as a ``model`` instance (see :meth:`instances`), or None."""
-        made = self.instances(uow, values, model)
-        return made[0] if made else None
-
-    def first(self, uow: Runner, values: dict[str, Any]) -> dict[str, Any] | None:
-        """Execute and return the first row (keyed by column name), or None."""
-        rows = self.rows(uow, values)
-        return rows[0] if rows else None
-
-    def _reader(self, uow: Runner, name: str) -> Any:
-        if self.table is None or name not in self.table.c:
-            return None
-        dialect = uow.db.engine.dialect
-        column_type = self.table.c[name].type
-        if isinstance(column_type, JSONText) and dialect.name == "sqlite":
-            return column_type.sqlite_reader()
-        if isinstance(column_type, Float) and dialect.name == "sqlite":
-            # SQLite's RETURNING gives a whole REAL (0.0, 1.0) as the int it stores it as
-            return _as_float
-        return column_type.dialect_impl(dialect).result_processor(dialect, None)
+        """With RETURNING (JSONB's own form of the values, as the server stored them)."""
+        returning = self.returning
+        if returning is None:
+            table = self.prepared.table
+            assert table is not None, "inserted() needs the table of the INSERT"
+            returning = self.returning = Prepared(
+                cast(Insert, self.prepared.statement).returning(*table.c), table)
+        [row] = returning.instances(uow, values, model)
+        return row
 
 
 #: Connection.info key: the psycopg cursor Prepared statements run on (one per

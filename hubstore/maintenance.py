@@ -1,6 +1,6 @@
 """The hub's sweeps on a timer, for hubs where nobody claims (or to keep figures fresh).
 
-Claims already take back stalled jobs (services/timeouts.py); ``run_maintenance`` runs
+Claims already take back stalled jobs (services/assigns/rescue.py); ``run_maintenance`` runs
 every sweep the hub has, every ``every_s`` seconds, until stopped:
 
 - assign jobs past their deadline: timed out, retried while retries remain
@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from hubstore.errors import HubStoreError, ValidationError
-from hubstore.services.timeouts import SWEEP_BATCH
+from hubstore.services.assigns.rescue import SWEEP_BATCH
 from hubstore.validation import require_number
 
 if TYPE_CHECKING:

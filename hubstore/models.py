@@ -306,7 +306,7 @@ Index("idx_assign_jobs_deadline", AssignJob.deadline_ms, AssignJob.status)
 class AssignLimit(Base):
     """A quota (revision 0014): at most ``max_running`` of the jobs whose ``limit_key`` is
     ``key`` running at once, and at most ``max_starts`` of them started in any
-    ``per_ms``. Claims skip a job whose key has no room (services/claims.py).
+    ``per_ms``. Claims skip a job whose key has no room (services/assigns/claims.py).
 
     Its running room is split in ``shares`` (:class:`AssignLimitShare`, revision 0017),
     so that claims of one key run side by side, each locking one share; each share
@@ -363,6 +363,22 @@ class AssignLimit(Base):
         since = now - self.per_ms
         return sum(1 for at in self.starts or [] if isinstance(at, int) and at > since)
 
+    def fullness(self, now: int) -> tuple[bool, bool, int | None]:
+        """Whether the limit is full at ``now``, and when it reopens: (no running room,
+        no rate room, when the rate has room again: None when it has room or no rate).
+        Room under ``max_running`` comes back when a job ends (no time says when). The
+        one reading of "full" that the waits and the pages share (the claim's SQL,
+        services/assigns/claims.py's ``_rooms``, computes the same room)."""
+        running_full = self.max_running is not None and self.running >= self.max_running
+        if self.max_starts is None or self.per_ms is None:
+            return running_full, False, None
+        since = now - self.per_ms
+        recent = sorted(at for at in self.starts or [] if isinstance(at, int) and at > since)
+        if len(recent) < self.max_starts:
+            return running_full, False, None
+        # room when all but max_starts - 1 of the recent starts have left the window
+        return running_full, True, recent[len(recent) - self.max_starts] + self.per_ms
+
     def to_dict(self) -> dict[str, Any]:
         """The limit and its state now: key, max_running, max_starts, per_ms, running,
         recent_starts."""
@@ -402,7 +418,7 @@ class AssignLimitRelease(Base):
     stripe: Mapped[int] = mapped_column(Integer, primary_key=True)
     released: Mapped[int] = mapped_column(BigInteger, server_default=text("0"))
     #: When the latest of them stopped running: a job started in the room it left is
-    #: stamped no earlier (services/claims.py).
+    #: stamped no earlier (services/assigns/claims.py).
     released_at_ms: Mapped[int | None] = mapped_column(Millis)
 
 

@@ -29,22 +29,25 @@ from hubstore.database import Database
 from hubstore.dialects import SqlDialect
 from hubstore.services import (
     agents,
-    assign_control,
-    assign_hub,
-    assign_listing,
-    assigns,
-    claims,
     dead_letters,
     human_requests,
-    limits,
     messages,
     pipelines,
     reflexion,
     retention,
-    schedules,
     stats,
-    timeouts,
     waiting,
+)
+from hubstore.services.assigns import (
+    claims,
+    creating,
+    limits,
+    listing,
+    moves,
+    reports,
+    rescue,
+    schedules,
+    worker,
 )
 from hubstore.transaction import Transaction
 
@@ -110,26 +113,26 @@ class HubOperations:
     discard_dead_letter = dead_letters.discard_dead_letter
 
     # Assign jobs, store level
-    create_assign = assigns.create_assign
-    get_assign = assigns.get_assign
-    update_assign_status = assigns.update_assign_status
-    list_assigns = assign_listing.list_assigns
-    page_assigns = assign_listing.page_assigns
-    retry_assign = assigns.retry_assign
+    create_assign = creating.create_assign
+    get_assign = creating.get_assign
+    update_assign_status = moves.update_assign_status
+    list_assigns = listing.list_assigns
+    page_assigns = listing.page_assigns
+    retry_assign = moves.retry_assign
 
     # Assign jobs, hub rules
-    assign_async = assign_hub.assign_async
-    report_assign_result = assign_hub.report_assign_result
-    schedule_assign_retry = assign_hub.schedule_assign_retry
-    sweep_timed_out_assigns = timeouts.sweep_timed_out_assigns
+    assign_async = creating.assign_async
+    report_assign_result = reports.report_assign_result
+    schedule_assign_retry = reports.schedule_assign_retry
+    sweep_timed_out_assigns = rescue.sweep_timed_out_assigns
     claim_next_assign = claims.claim_next_assign
     next_due_ms = claims.next_due_ms
-    assign_many = assign_hub.assign_many
+    assign_many = creating.assign_many
     claim_next_assigns = claims.claim_next_assigns
-    report_assign_results = assign_hub.report_assign_results
-    touch_assign = assign_control.touch_assign
-    finish_assign = assign_control.finish_assign
-    cancel_assign = assign_control.cancel_assign
+    report_assign_results = reports.report_assign_results
+    touch_assign = worker.touch_assign
+    finish_assign = worker.finish_assign
+    cancel_assign = worker.cancel_assign
 
     # Assign limits (provider quotas)
     set_assign_limit = limits.set_assign_limit

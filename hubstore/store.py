@@ -12,7 +12,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.engine import URL
 from sqlalchemy.orm import Session
 
-from hubstore import sqlite
+from hubstore import sqlite_setup
 from hubstore.connections import ConnectionSource
 from hubstore.database import AssignListener, Database, Features, OpenUnitOfWork
 from hubstore.db_errors import translate
@@ -70,8 +70,8 @@ class HubStore(StoreOperations):
         not). An application's own SQLite engine gets hubstore's set-up here (WAL,
         foreign keys, busy timeout, writes that begin IMMEDIATE), and its pooled
         connections are closed so that every new one has it."""
-        if engine.dialect.name == "sqlite" and not sqlite.is_configured(engine):
-            sqlite.configure_engine(engine, wal=True, foreign_keys=True,
+        if engine.dialect.name == "sqlite" and not sqlite_setup.is_configured(engine):
+            sqlite_setup.configure_engine(engine, wal=True, foreign_keys=True,
                                     busy_timeout_ms=busy_timeout_ms)
             engine.dispose()
         #: What units of work run against (engine, connections, listeners, ...).

@@ -1,18 +1,20 @@
-"""The unit of work: the one owner of a transaction.
+"""The transaction: one connection, one database transaction, and a Session on them.
 
-A unit of work holds one connection and one transaction, and a Session on them made on
-first use. Leaving the outermost block normally commits; an exception rolls back and
-propagates. Actions queued with :meth:`Transaction.after_commit` (the assign status
-listeners among them) run only after the commit.
+A :class:`Transaction` holds one connection and one transaction, and a Session on them
+made on first use. Leaving the outermost block normally commits; an exception rolls back
+and propagates. Actions queued with :meth:`Transaction.after_commit` (the assign status
+listeners among them) run only after the commit. Every store method runs in one (the
+services take it as ``tx``); a :class:`~hubstore.uow.UnitOfWork`, what users hold, is
+the store methods on one of them.
 
-Nesting works as Django's ``atomic``: while a unit of work is open in a thread (or an
+Nesting works as Django's ``atomic``: while a transaction is open in a thread (or an
 asyncio task: the open one is kept in a context variable), a store method or
 ``store.unit_of_work()`` of the same store joins it. A writing nested block is a
 SAVEPOINT: an exception inside it rolls back that block only; nothing commits before the
-outermost block. The unit of work's own methods (``uow.audit_log(...)``) run directly
+outermost block. A unit of work's own methods (``uow.audit_log(...)``) run directly
 in its transaction.
 
-``write=False`` makes a read-only unit of work: store methods that write raise
+``write=False`` makes a read-only transaction: store methods that write raise
 ReadOnlyUnitOfWork before they start, and the transaction itself refuses writes (SQLite
 ``query_only``, PostgreSQL READ ONLY), so a write through ``uow.connection`` or
 ``uow.session`` raises ReadOnlyUnitOfWork too.
@@ -20,7 +22,7 @@ ReadOnlyUnitOfWork before they start, and the transaction itself refuses writes 
 The Session is an ordinary one (autoflush on): its pending changes are flushed before a
 store method runs a statement, and the objects it loaded are expired by the store
 methods' writes, so they read fresh values. Instances returned by store methods are
-detached once the unit of work ends (``session.merge`` takes them back in).
+detached once the transaction ends (``session.merge`` takes them back in).
 
 Every database error that leaves a block is a HubStoreError (:mod:`hubstore.db_errors`),
 with the driver's exception as ``__cause__``.
@@ -38,7 +40,7 @@ from sqlalchemy import Connection, event, inspect, select
 from sqlalchemy.engine import RootTransaction
 from sqlalchemy.orm import Session
 
-from hubstore import execution, sqlite
+from hubstore import execution, sqlite_setup
 from hubstore.db_errors import failed_statement, lost_connection, translate
 from hubstore.dialects import SqlDialect
 from hubstore.errors import (
@@ -93,7 +95,7 @@ class Transaction:
         self._token: Any = None
         #: Whether listeners watch statements (None: not asked yet; statements_watched).
         self._watched: bool | None = None
-        #: The failed statement after which nothing of this unit of work may commit.
+        #: The failed statement after which nothing of this transaction may commit.
         self._failure: BaseException | None = None
         #: ``write`` of each nested block now open (the outermost block's first).
         self._frames: list[bool] = []
@@ -125,7 +127,7 @@ class Transaction:
                     self._watched = False
                     raw: Any = conn.connection.driver_connection
                     if not self._autocommit:
-                        raw.execute(sqlite.begin_statement(self.write))
+                        raw.execute(sqlite_setup.begin_statement(self.write))
                     self._raw = raw
                 else:
                     self._transaction = conn.begin()
@@ -227,11 +229,11 @@ class Transaction:
         return Frame(self, write, savepoint=False)
 
     def one_statement(self) -> Frame[Self]:
-        """Join this unit of work, for a method of one writing statement (see Scope)."""
+        """Join this transaction, for a method of one writing statement (see Scope)."""
         return Frame(self, True, savepoint=False)
 
     def one_read(self) -> Frame[Self]:
-        """Join this unit of work, for a method of one SELECT (see Scope)."""
+        """Join this transaction, for a method of one SELECT (see Scope)."""
         return Frame(self, False, savepoint=False)
 
     @property
@@ -317,7 +319,7 @@ class Transaction:
 
     @property
     def connection(self) -> Connection:
-        """The SQLAlchemy Connection, in this unit of work's transaction (when that was
+        """The SQLAlchemy Connection, in this transaction (when that was
         begun on the driver, SQLAlchemy's transaction joins it now)."""
         if self._transaction is None and self._raw is not None:
             try:
@@ -325,8 +327,8 @@ class Transaction:
                     self._one_statement_ran()  # (a transaction now: the rest is atomic)
                     # Begun here, as this unit of work begins (a read may be on the
                     # writer's connection, whose SQLAlchemy BEGIN is IMMEDIATE).
-                    self._raw.execute(sqlite.begin_statement(self.write))
-                self._transaction = self._conn.begin()  # no second BEGIN (sqlite.py)
+                    self._raw.execute(sqlite_setup.begin_statement(self.write))
+                self._transaction = self._conn.begin()  # no second BEGIN (sqlite_setup.py)
             except BaseException as exc:
                 raise self._translated(exc) from exc
         return self._conn
@@ -352,7 +354,7 @@ class Transaction:
         if self._autocommit and raw is not None and not raw.in_transaction:
             self._one_statement_ran()  # (refused after the one statement: too late)
             try:
-                raw.execute(sqlite.begin_statement(self.write))
+                raw.execute(sqlite_setup.begin_statement(self.write))
             except BaseException as exc:
                 raise self._translated(exc) from exc
 
@@ -375,7 +377,7 @@ class Transaction:
 
     @property
     def session(self) -> Session:
-        """The SQLAlchemy Session of this unit of work, on its connection and transaction
+        """The SQLAlchemy Session of this transaction, on its connection and transaction
         (made on first use: the hot paths run Core statements and need none)."""
         if self._session is None:
             if not self._frames:
@@ -389,7 +391,7 @@ class Transaction:
         self.after_commit(lambda: self._announce(event, job))
 
     def after_commit(self, action: Callable[[], None]) -> None:
-        """Run ``action`` once this unit of work has committed (never after a rollback,
+        """Run ``action`` once this transaction has committed (never after a rollback,
         including the rollback of the savepoint it was queued in)."""
         self._after_commit.append(action)
 
@@ -411,7 +413,7 @@ class Transaction:
 
 
 class JoinedTransaction(Transaction):
-    """A unit of work inside an application's own transaction: its Session's (or its
+    """A transaction inside an application's own one: its Session's (or its
     Connection's), on the same database. A writing block is a SAVEPOINT of that
     transaction, as a nested unit of work is: an exception leaving it (or a statement of
     its own that failed in it) rolls back the block's writes only, and the application's
@@ -429,7 +431,7 @@ class JoinedTransaction(Transaction):
     def __init__(self, db: Database, joined: Connection | Session, *, write: bool = True
                  ) -> None:
         super().__init__(db, write=write)
-        #: The application's Session or Connection this unit of work runs in.
+        #: The application's Session or Connection this transaction runs in.
         self.joined = joined
         #: The block in the application's transaction (a savepoint when it writes).
         self._block: Frame[Self] | None = None
@@ -559,13 +561,13 @@ def _reload_expired(session: Session) -> None:
 
 
 class Frame(Generic[T]):
-    """A nested block of an open unit of work (see the module's docstring)."""
+    """A nested block of an open transaction (see the module's docstring)."""
 
-    __slots__ = ("_actions", "_savepoint", "guard", "savepoint", "uow", "write")
+    __slots__ = ("_actions", "_savepoint", "guard", "savepoint", "tx", "write")
 
-    def __init__(self, uow: T, write: bool, *, savepoint: bool,
+    def __init__(self, tx: T, write: bool, *, savepoint: bool,
                  guard: bool = False) -> None:
-        self.uow = uow
+        self.tx = tx
         self.write = write
         self.savepoint = savepoint
         #: A read-only block inside a writing one: the transaction refuses writes in it.
@@ -574,31 +576,31 @@ class Frame(Generic[T]):
         self._actions = 0
 
     def __enter__(self) -> T:
-        uow = self.uow
-        uow._enter_frame(self.write)
+        tx = self.tx
+        tx._enter_frame(self.write)
         if self.guard:
             try:
-                uow._refuse_writes(True)
+                tx._refuse_writes(True)
             except BaseException as exc:
                 raise self._abandoned(exc) from exc
         elif self.savepoint:
             try:
-                session = uow._session
+                session = tx._session
                 if session is not None:
                     self._savepoint = session.begin_nested()
                     session.connection()  # the SAVEPOINT now: store calls run on the
                     # connection, not through the Session, which would emit it lazily
                 else:
-                    self._savepoint = uow.connection.begin_nested()
+                    self._savepoint = tx.connection.begin_nested()
             except BaseException as exc:
-                uow._frames.pop()
-                raise uow._translated(exc) from exc
-            self._actions = len(uow._after_commit)
-        return uow
+                tx._frames.pop()
+                raise tx._translated(exc) from exc
+            self._actions = len(tx._after_commit)
+        return tx
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
-        uow = self.uow
+        tx = self.tx
         if self.guard:
             self._exit_guarded(exc)
             return
@@ -609,21 +611,21 @@ class Frame(Generic[T]):
                     self._savepoint.commit()
                 else:
                     self._savepoint.rollback()
-                    uow._failure = None  # (it was None when the savepoint began)
-                    del uow._after_commit[self._actions:]  # nothing of it happened
-                    if uow._session is not None:
-                        uow._session.expire_all()
+                    tx._failure = None  # (it was None when the savepoint began)
+                    del tx._after_commit[self._actions:]  # nothing of it happened
+                    if tx._session is not None:
+                        tx._session.expire_all()
             except BaseException as error:
                 failure = error
-        uow._exit_frame(self.write, exc_type is not None)
+        tx._exit_frame(self.write, exc_type is not None)
         if failure is not None and exc is None:
-            raise uow._translated(failure) from failure
+            raise tx._translated(failure) from failure
         if exc is not None:
             if failure is not None:  # the savepoint could not be rolled back (a lost
-                uow._fail(failure)  # connection): the block's failure is the first one
+                tx._fail(failure)  # connection): the block's failure is the first one
             elif self._savepoint is None and failed_statement(exc):
-                uow._fail(exc)
-            translated = uow._translated(exc)
+                tx._fail(exc)
+            translated = tx._translated(exc)
             if translated is not exc:
                 raise translated from exc
 
@@ -632,24 +634,24 @@ class Frame(Generic[T]):
         refused failed only inside it), its refusal raised as ReadOnlyUnitOfWork. After a
         lost connection there is nothing to allow again (and asking for its driver
         connection would connect again): the error that lost it goes on."""
-        uow = self.uow
+        tx = self.tx
         try:
-            if exc is None or not uow._conn.invalidated:
-                uow._refuse_writes(False)
+            if exc is None or not tx._conn.invalidated:
+                tx._refuse_writes(False)
         except BaseException as error:
             raise self._abandoned(error) from error
-        uow._frames.pop()
+        tx._frames.pop()
         if exc is not None:
-            translated = uow._translated(exc, read_only=True)
+            translated = tx._translated(exc, read_only=True)
             if translated is not exc:
                 raise translated from exc
 
     def _abandoned(self, exc: BaseException) -> BaseException:
         """The guard's own statement failed: leave the block, and fail the unit of work
         (its transaction is in an unknown state)."""
-        self.uow._frames.pop()
-        self.uow._fail(exc)
-        return self.uow._translated(exc)
+        self.tx._frames.pop()
+        self.tx._fail(exc)
+        return self.tx._translated(exc)
 
 
 class Scope(Protocol):
@@ -661,7 +663,7 @@ class Scope(Protocol):
 
     @property
     def sql(self) -> SqlDialect:
-        """The dialect's SQL component (to choose a unit of work before opening it)."""
+        """The dialect's SQL component (to choose a transaction before opening it)."""
         ...
 
     @property

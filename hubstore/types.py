@@ -60,6 +60,34 @@ class AssignPatch(TypedDict, total=False):
     last_retry_at_ms: int | None
 
 
+class NewAssign(TypedDict, total=False):
+    """The fields of a new assign job: ``create_assign``'s keyword arguments, which
+    ``assign_async``, each of ``assign_many``'s jobs and a schedule's job take too (what
+    each defaults to, and means, is create_assign's signature and docstring)."""
+
+    topic: str
+    task: str
+    payload: Any
+    status: AssignStatus
+    attempt: int
+    retry_count: int
+    max_retries: int
+    priority: object
+    ttl_ms: object
+    timeout_ms: object
+    deadline_ms: int | None
+    trace_id: str | None
+    correlation_id: str | None
+    last_message_id: str | None
+    result: Any
+    error: Any
+    job_id: str | None
+    not_before_ms: int | None
+    retry_backoff_ms: int
+    limit_key: str | None
+    unique_key: str | None
+
+
 class PipelineFields(TypedDict, total=False):
     """The fields ``save_pipeline_state`` sets (the others keep their value or default)."""
 

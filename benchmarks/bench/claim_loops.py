@@ -65,8 +65,8 @@ def raw_claim_loop(url: str, connected: Callable[[], None]) -> list[str]:
     An anchor: about the most any Python client could do with these statements."""
     import psycopg
 
-    from hubstore.services.assign_hub import finish_with_event
-    from hubstore.services.claims import claim_statement
+    from hubstore.services.assigns.claims import claim_statement
+    from hubstore.services.assigns.handoffs import finish_with_event
 
     dialect = create_engine(url).dialect  # the URL's own (psycopg), as hubstore compiles
     claim_sql, _, claim_bound = driver_statement(claim_statement(dialect_for("postgresql")),

@@ -29,7 +29,7 @@ from hubstore.cli.output import Column, key, show
 from hubstore.errors import ValidationError
 from hubstore.ids import now_ms
 from hubstore.models import ASSIGN_STATUSES, AssignJob, AssignLimit
-from hubstore.services.assign_listing import MAX_PAGE, job_waiting_reason
+from hubstore.services.assigns.listing import MAX_PAGE, job_waiting_reason
 from hubstore.store import HubStore
 
 log = logging.getLogger("hubstore.cli")

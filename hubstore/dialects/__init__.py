@@ -3,7 +3,7 @@ need, one component per dialect: services ask ``uow.sql`` (a :class:`SqlDialect`
 instead of testing the dialect's name.
 
 The engine-level set-up (pragmas, BEGIN IMMEDIATE, the writers' lock) is in
-:mod:`hubstore.sqlite` and :mod:`hubstore.engine`; how a statement runs on each driver is
+:mod:`hubstore.sqlite_setup` and :mod:`hubstore.engine`; how a statement runs on each driver is
 in :mod:`hubstore.execution`.
 """
 

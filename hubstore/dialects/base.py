@@ -11,6 +11,7 @@ from sqlalchemy import (
     ColumnClause,
     ColumnElement,
     Connection,
+    Engine,
     Executable,
     FromClause,
     Select,
@@ -106,6 +107,29 @@ class SqlDialect(ABC):
         """Records bound as ``name``, one JSON array of objects, as a FROM item named
         ``records`` with ``columns`` (each value converted to its column's type; a key
         missing from an object is NULL). None where the dialect has no such function."""
+        return None
+
+    def fold_counter_deltas(self, engine: Engine) -> None:
+        """Fold the counters' pending deltas (revision 0004's, and revision 0015's of
+        the workers' jobs) into the counters, one folder at a time, then reclaim the
+        delta rows. Nothing where the dialect's triggers write the counters directly."""
+        return None
+
+    def json_object(self, pairs: list[tuple[str, ColumnElement[Any]]]
+                    ) -> ColumnElement[Any] | None:
+        """A JSON object of the (key, value) pairs, built by the server (the keys are the
+        code's own names, never a user's). None where the dialect writes no message in
+        SQL (it has no writable CTEs: its events are built in Python)."""
+        return None
+
+    def claim_slots(self, picked: CTE, released: CTE, now: ColumnElement[Any]
+                    ) -> tuple[CTE, CTE] | None:
+        """Where claims run side by side (row locks): the room each assign limit's picked
+        jobs take, under a lock, and the statement that counts it (see
+        services/assigns/claims.py's ``claim_statement``: ``picked`` is its picked jobs,
+        ``released`` each share's releases, ``now`` the claim's time). None where one
+        writer runs at a time (SQLite: what the claim picked is what it takes, and a
+        limit has one share)."""
         return None
 
     def likely(self, condition: ColumnElement[bool]) -> ColumnElement[bool]:

@@ -25,7 +25,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects import sqlite
 
 from hubstore.dialects.base import SqlDialect, const
-from hubstore.sqlite import begin_statement
+from hubstore.sqlite_setup import begin_statement
 
 #: What json_type() says for each kind of a context filter's value.
 _JSON_TYPES = {"text": ("text",), "number": ("integer", "real")}

@@ -71,35 +71,35 @@ def register_agent(scope: Scope, agent_id: str, cli: AgentCli, pid: int | None =
     topic_list = string_list(topics, "topics")
     ttl = require_duration(heartbeat_ttl_ms, "heartbeat_ttl_ms")
     meta = json_object(metadata, "metadata")
-    with scope.one_statement() as uow:  # the upsert
+    with scope.one_statement() as tx:  # the upsert
         now = now_ms()
         values = {
             "agent_id": agent_id, "cli": cli, "pid": pid, "capabilities_json": caps,
             "topics_json": topic_list, "last_seen_ms": now, "lease_expires_ms": now + ttl,
             "status": "online", "metadata_json": meta,
         }
-        _register_statement(uow.sql).run(uow, values)
+        _register_statement(tx.sql).run(tx, values)
     return Lease(agent_id, uuidv7(), now + ttl, now)
 
 
 def get_agent(scope: Scope, agent_id: str) -> Agent | None:
     """The agent, or None."""
     lookup_key(agent_id, "agent_id")
-    with scope.transaction(write=False) as uow:
-        return get(uow, Agent, agent_id)
+    with scope.transaction(write=False) as tx:
+        return get(tx, Agent, agent_id)
 
 
 def refresh_lease(scope: Scope, agent_id: str, ttl_ms: int = 30_000) -> Lease:
     """Heartbeat: last seen now, lease now + ttl, status online."""
     require_id(agent_id, "agent_id")
     ttl = require_duration(ttl_ms, "ttl_ms")
-    with scope.one_statement() as uow:
+    with scope.one_statement() as tx:
         now = now_ms()
         values = {"p_agent_id": agent_id, "p_now": now, "p_expires": now + ttl}
-        online = HEARTBEAT_ONLINE.run(uow, values)
+        online = HEARTBEAT_ONLINE.run(tx, values)
     if not online:  # stale, offline or unknown: the heartbeat that sets the status
-        with scope.one_statement() as uow:
-            _HEARTBEAT.run(uow, values)
+        with scope.one_statement() as tx:
+            _HEARTBEAT.run(tx, values)
     return Lease(agent_id, None, now + ttl, now)
 
 
@@ -107,45 +107,45 @@ def update_agent_topics(scope: Scope, agent_id: str, topics: Iterable[str]) -> b
     """Replace the agent's topics; True when the agent exists."""
     require_id(agent_id, "agent_id")
     topic_list = string_list(topics, "topics")
-    with scope.transaction() as uow:
-        return update_row(uow, _agents, agent_id, topics_json=topic_list,
+    with scope.transaction() as tx:
+        return update_row(tx, _agents, agent_id, topics_json=topic_list,
                           last_seen_ms=now_ms())
 
 
 def list_online_agents(scope: Scope) -> list[Agent]:
     """Agents that are not offline (stale ones count)."""
-    with scope.transaction(write=False) as uow:
+    with scope.transaction(write=False) as tx:
         stmt = (select(Agent).where(Agent.status != "offline")
-                .order_by(*uow.sql.natural_order(_agents)))
-        return load(uow, Agent, stmt)
+                .order_by(*tx.sql.natural_order(_agents)))
+        return load(tx, Agent, stmt)
 
 
 def list_all_agents(scope: Scope) -> list[Agent]:
     """Every agent."""
-    with scope.transaction(write=False) as uow:
-        return load(uow, Agent,
-                    select(Agent).order_by(*uow.sql.natural_order(_agents)))
+    with scope.transaction(write=False) as tx:
+        return load(tx, Agent,
+                    select(Agent).order_by(*tx.sql.natural_order(_agents)))
 
 
 def get_agents_by_topic(scope: Scope, topic: str) -> list[Agent]:
     """Non-offline agents subscribed to ``topic``."""
     lookup_key(topic, "topic")
-    with scope.transaction(write=False) as uow:
-        subscribed = uow.sql.json_list_contains(_agents.c.topics_json, topic)
+    with scope.transaction(write=False) as tx:
+        subscribed = tx.sql.json_list_contains(_agents.c.topics_json, topic)
         stmt = (select(Agent).where(subscribed, Agent.status != "offline")
-                .order_by(*uow.sql.natural_order(_agents)))
-        return load(uow, Agent, stmt)
+                .order_by(*tx.sql.natural_order(_agents)))
+        return load(tx, Agent, stmt)
 
 
 def sweep_stale_agents(scope: Scope, now_ms: int | None = None) -> dict[str, int]:
     """Online agents past their lease become stale; long-stale ones go offline."""
     now = resolve_now(now_ms)
-    with scope.transaction() as uow:
-        stale = execute(uow,
+    with scope.transaction() as tx:
+        stale = execute(tx,
             update(_agents).where(_agents.c.status == "online",
                                   _agents.c.lease_expires_ms < now)
             .values(status="stale"))
-        offline = execute(uow,
+        offline = execute(tx,
             update(_agents).where(_agents.c.status == "stale",
                                   _agents.c.lease_expires_ms < now - OFFLINE_AFTER_MS)
             .values(status="offline"))
@@ -156,5 +156,5 @@ def update_agent_status(scope: Scope, agent_id: str, status: AgentStatus) -> boo
     """Set the agent's status; True when the agent exists."""
     require_id(agent_id, "agent_id")
     require_enum(status, AGENT_STATUSES, "status")
-    with scope.transaction() as uow:
-        return update_row(uow, _agents, agent_id, status=status)
+    with scope.transaction() as tx:
+        return update_row(tx, _agents, agent_id, status=status)

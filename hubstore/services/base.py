@@ -28,10 +28,10 @@ def resolve_now(value: int | None) -> int:
     return now_ms() if value is None else require_time(value, "now_ms")
 
 
-def update_row(uow: Transaction, table: Table, key: str, **values: Any) -> bool:
+def update_row(tx: Transaction, table: Table, key: str, **values: Any) -> bool:
     """UPDATE the row whose primary key is ``key``; True when there was one."""
     (key_column,) = table.primary_key.columns
-    result = execute(uow, update(table).where(key_column == key).values(**values))
+    result = execute(tx, update(table).where(key_column == key).values(**values))
     return bool(result.rowcount)
 
 
@@ -45,7 +45,7 @@ def _insert_new(sql: SqlDialect, table: Table) -> Prepared:
         .returning(*table.c), table)
 
 
-def insert_once(uow: Transaction, model: type[M], row: dict[str, Any],
+def insert_once(tx: Transaction, model: type[M], row: dict[str, Any],
                 same: Iterable[str], what: str) -> M:
     """Write ``row`` (column-keyed) under its caller-chosen primary key and return it;
     when a row has that key already and agrees with ``row`` in the columns ``same``,
@@ -54,12 +54,12 @@ def insert_once(uow: Transaction, model: type[M], row: dict[str, Any],
     raises DuplicateKey naming ``what``."""
     table = model.__table__
     assert isinstance(table, Table)
-    written = _insert_new(uow.sql, table).instance(uow, row, model)
+    written = _insert_new(tx.sql, table).instance(tx, row, model)
     if written is not None:
         return written
     (key_column,) = table.primary_key.columns
     key = row[key_column.name]
-    held = get(uow, model, key, fresh=True)
+    held = get(tx, model, key, fresh=True)
     mapper = model.__mapper__
     differ = [name for name in same if held is not None and getattr(
         held, mapper.get_property_by_column(table.c[name]).key) != row[name]]

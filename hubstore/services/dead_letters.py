@@ -15,7 +15,7 @@ _messages = table_of(Message)
 _CHUNK = 500
 
 
-def record_dead_letters(uow: Transaction, message_ids: list[str], reason: str,
+def record_dead_letters(tx: Transaction, message_ids: list[str], reason: str,
                         last_error: str | None, failed_at_ms: int) -> None:
     """Insert or replace dead-letter rows.
 
@@ -24,8 +24,8 @@ def record_dead_letters(uow: Transaction, message_ids: list[str], reason: str,
     """
     for start in range(0, len(message_ids), _CHUNK):
         chunk = message_ids[start:start + _CHUNK]
-        execute(uow, delete(_letters).where(_letters.c.message_id.in_(chunk)))
-        execute(uow, insert(_letters), [
+        execute(tx, delete(_letters).where(_letters.c.message_id.in_(chunk)))
+        execute(tx, insert(_letters), [
             {"message_id": mid, "reason": reason, "failed_at_ms": failed_at_ms,
              "last_error": last_error} for mid in chunk])
 
@@ -37,18 +37,18 @@ def move_to_dead_letter(scope: Scope, message_id: str, reason: str,
     require_text(reason, "reason")
     if last_error is not None:
         require_text(last_error, "last_error")
-    with scope.transaction() as uow:
-        execute(uow, update(_messages).where(_messages.c.id == message_id)
+    with scope.transaction() as tx:
+        execute(tx, update(_messages).where(_messages.c.id == message_id)
                             .values(status="dead_letter"))
-        record_dead_letters(uow, [message_id], reason, last_error, now_ms())
+        record_dead_letters(tx, [message_id], reason, last_error, now_ms())
     return True
 
 
 def get_dead_letters(scope: Scope, limit: int = 50) -> list[DeadLetter]:
     """Dead letters, newest first."""
     require_int(limit, "limit", minimum=0)
-    with scope.transaction(write=False) as uow:
-        return load(uow, DeadLetter,
+    with scope.transaction(write=False) as tx:
+        return load(tx, DeadLetter,
                     select(DeadLetter)
             .order_by(DeadLetter.failed_at_ms.desc(), DeadLetter.message_id.desc())
             .limit(limit))
@@ -63,11 +63,11 @@ def requeue_dead_letter(scope: Scope, message_id: str) -> bool:
     returned it do not return it again; ``poll_for_agent`` shows it again.
     """
     require_id(message_id, "message_id")
-    with scope.transaction() as uow:
-        removed = execute(uow, delete(_letters).where(_letters.c.message_id == message_id))
+    with scope.transaction() as tx:
+        removed = execute(tx, delete(_letters).where(_letters.c.message_id == message_id))
         if not removed.rowcount:
             return False
-        execute(uow, update(_messages).where(_messages.c.id == message_id)
+        execute(tx, update(_messages).where(_messages.c.id == message_id)
                 .values(status="queued", expires_at_ms=now_ms() + _messages.c.ttl_ms))
         return True
 
@@ -76,6 +76,6 @@ def discard_dead_letter(scope: Scope, message_id: str) -> bool:
     """Remove a dead letter; its message stays, with status dead_letter (until pruned).
     True when there was one."""
     require_id(message_id, "message_id")
-    with scope.one_statement() as uow:
-        removed = execute(uow, delete(_letters).where(_letters.c.message_id == message_id))
+    with scope.one_statement() as tx:
+        removed = execute(tx, delete(_letters).where(_letters.c.message_id == message_id))
         return bool(removed.rowcount)

@@ -52,30 +52,30 @@ def insert_human_request(scope: Scope, requester_agent: str, kind: HumanKind, pr
     optional_id(trace_id, "trace_id")
     optional_id(request_id, "request_id")
     if request_id is not None:
-        with scope.transaction() as uow:
-            return insert_once(uow, HumanRequest, {
+        with scope.transaction() as tx:
+            return insert_once(tx, HumanRequest, {
                 "request_id": request_id, "requester_agent": requester_agent,
                 "kind": kind, "prompt": prompt, "schema_json": schema, "state": "pending",
                 "deadline_ms": now_ms() + duration, "default_action": default_action,
                 "correlation_id": correlation_id or uuidv7(),
                 "trace_id": trace_id or uuidv7(), "response_json": None,
             }, SAME_REQUEST, "request_id")
-    with scope.transaction() as uow:
+    with scope.transaction() as tx:
         request = HumanRequest(
             request_id=uuidv7(), requester_agent=requester_agent, kind=kind, prompt=prompt,
             schema=schema, state="pending", deadline_ms=now_ms() + duration,
             default_action=default_action, correlation_id=correlation_id or uuidv7(),
             trace_id=trace_id or uuidv7(), response=None,
         )
-        add(uow, request)
+        add(tx, request)
         return request
 
 
 def get_human_request(scope: Scope, request_id: str) -> HumanRequest | None:
     """The request, or None."""
     lookup_key(request_id, "request_id")
-    with scope.transaction(write=False) as uow:
-        return get(uow, HumanRequest, request_id)
+    with scope.transaction(write=False) as tx:
+        return get(tx, HumanRequest, request_id)
 
 
 def update_human_request(scope: Scope, request_id: str, state: HumanState,
@@ -84,8 +84,8 @@ def update_human_request(scope: Scope, request_id: str, state: HumanState,
     require_id(request_id, "request_id")
     require_enum(state, HUMAN_STATES, "state")
     json_value(response, "response")
-    with scope.transaction() as uow:
-        return update_row(uow, _requests, request_id, state=state, response_json=response)
+    with scope.transaction() as tx:
+        return update_row(tx, _requests, request_id, state=state, response_json=response)
 
 
 def answer_human_request(scope: Scope, request_id: str, state: HumanState,
@@ -103,8 +103,8 @@ def answer_human_request(scope: Scope, request_id: str, state: HumanState,
                               f"{', '.join(s for s in HUMAN_STATES if s != 'pending')}, "
                               "not 'pending'")
     json_value(response, "response")
-    with scope.one_statement() as uow:
-        row = execute(uow, update(_requests)
+    with scope.one_statement() as tx:
+        row = execute(tx, update(_requests)
                       .where(_requests.c.request_id == request_id,
                              _requests.c.state == const("pending"))
                       .values(state=state, response_json=response)
@@ -114,10 +114,10 @@ def answer_human_request(scope: Scope, request_id: str, state: HumanState,
 
 def get_pending_human_requests(scope: Scope) -> list[HumanRequest]:
     """Every pending request."""
-    with scope.transaction(write=False) as uow:
-        return load(uow, HumanRequest,
+    with scope.transaction(write=False) as tx:
+        return load(tx, HumanRequest,
                     select(HumanRequest).where(HumanRequest.state == "pending")
-            .order_by(*uow.sql.natural_order(_requests)))
+            .order_by(*tx.sql.natural_order(_requests)))
 
 
 def recent_answered(uow: Transaction, limit: int) -> list[HumanRequest]:
@@ -132,8 +132,8 @@ def recent_answered(uow: Transaction, limit: int) -> list[HumanRequest]:
 def expire_human_requests(scope: Scope, now_ms: int | None = None) -> int:
     """Pending requests past their deadline become timed_out; returns how many."""
     now = resolve_now(now_ms)
-    with scope.transaction() as uow:
-        result = execute(uow,
+    with scope.transaction() as tx:
+        result = execute(tx,
             update(_requests).where(_requests.c.state == "pending",
                                     _requests.c.deadline_ms < now)
             .values(state="timed_out"))

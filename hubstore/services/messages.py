@@ -62,11 +62,11 @@ AGENT_TOPICS = Prepared(
     table_of(Agent))
 
 
-def feed_topics(uow: Transaction, agent_id: str, wanted: list[str]) -> list[str]:
+def feed_topics(tx: Transaction, agent_id: str, wanted: list[str]) -> list[str]:
     """The topics an agent's poll (or feed) covers: ``wanted`` when non-empty, else the
     agent's own stored topics, read now; duplicates dropped, in order."""
     if not wanted:
-        found = AGENT_TOPICS.first(uow, {"p_agent_id": agent_id})
+        found = AGENT_TOPICS.first(tx, {"p_agent_id": agent_id})
         agent_topics = found["topics_json"] if found else []
         wanted = [t for t in agent_topics or [] if isinstance(t, str)]
     return list(dict.fromkeys(wanted))
@@ -79,18 +79,18 @@ def feed_topics(uow: Transaction, agent_id: str, wanted: list[str]) -> list[str]
 UNION_TOPICS = 200
 
 
-def poll_messages(uow: Transaction, agent_id: str, limit: int,
+def poll_messages(tx: Transaction, agent_id: str, limit: int,
                   topics: list[str]) -> list[Message]:
     """The newest ``limit`` messages to the agent or to one of ``topics`` (no
     duplicates), as Message instances made straight from the fetched rows."""
     params: dict[str, Any] = {"p_agent_id": agent_id, "p_limit": limit}
     if len(topics) > UNION_TOPICS:
         params["p_topics"] = dumps(topics)
-        statement = many_topics_statement(uow.sql)
+        statement = many_topics_statement(tx.sql)
     else:
         params.update({f"p_topic_{k}": topic for k, topic in enumerate(topics)})
-        statement = poll_statement(uow.sql, len(topics))
-    return statement.instances(uow, params, Message)
+        statement = poll_statement(tx.sql, len(topics))
+    return statement.instances(tx, params, Message)
 
 
 def _keys(sql: SqlDialect, *where: Any) -> Select[Any]:
@@ -175,19 +175,19 @@ def record_message(scope: Scope, type: str, from_agent: str, to_agent: str, topi
     require_enum(status, MESSAGE_STATUSES, "status")
     if id is not None:
         require_id(id, "id")
-        with scope.transaction() as uow:  # the INSERT, and the look for a retry's row
-            return insert_once(uow, Message, message_row(
+        with scope.transaction() as tx:  # the INSERT, and the look for a retry's row
+            return insert_once(tx, Message, message_row(
                 id, now_ms(), type=type, from_agent=from_agent, to_agent=to_agent,
                 topic=topic, priority=priority, ttl_ms=ttl_ms, payload=body,
                 trace_id=trace_id or uuidv7(), correlation_id=correlation_id or uuidv7(),
                 status=status), SAME_MESSAGE, "message id")
-    with scope.one_statement() as uow:  # the INSERT (its triggers are part of it)
+    with scope.one_statement() as tx:  # the INSERT (its triggers are part of it)
         row = message_row(uuidv7(), now_ms(), type=type, from_agent=from_agent,
                           to_agent=to_agent, topic=topic, priority=priority, ttl_ms=ttl_ms,
                           payload=body, trace_id=trace_id or uuidv7(),
                           correlation_id=correlation_id or uuidv7(), status=status)
         # One INSERT, no ORM flush; the returned object is a plain (transient) row.
-        INSERT.run(uow, row)
+        INSERT.run(tx, row)
         return from_row(Message, row)
 
 
@@ -216,15 +216,15 @@ def enqueue_message(scope: Scope, type: MessageType, from_agent: str, to_agent: 
 def get_message(scope: Scope, id: str) -> Message | None:
     """The message, or None."""
     lookup_key(id, "id")
-    with scope.transaction(write=False) as uow:
-        return get(uow, Message, id)
+    with scope.transaction(write=False) as tx:
+        return get(tx, Message, id)
 
 
 def get_response_by_correlation(scope: Scope, correlation_id: str) -> Message | None:
     """The newest response with that correlation id."""
     lookup_key(correlation_id, "correlation_id")
-    with scope.transaction(write=False) as uow:
-        found = load(uow, Message,
+    with scope.transaction(write=False) as tx:
+        found = load(tx, Message,
                      select(Message).where(Message.correlation_id == correlation_id,
                                            Message.type == "response")
                      .order_by(*_newest_first).limit(1))
@@ -234,8 +234,8 @@ def get_response_by_correlation(scope: Scope, correlation_id: str) -> Message | 
 def get_messages_by_trace(scope: Scope, trace_id: str) -> list[Message]:
     """Every message of a trace, oldest first."""
     lookup_key(trace_id, "trace_id")
-    with scope.transaction(write=False) as uow:
-        return load(uow, Message,
+    with scope.transaction(write=False) as tx:
+        return load(tx, Message,
                     select(Message).where(Message.trace_id == trace_id)
             .order_by(Message.created_at_ms, Message.id))
 
@@ -275,8 +275,8 @@ def update_message_status(scope: Scope, id: str, status: MessageStatus) -> bool:
     """Set a message's status; True when it exists."""
     require_id(id, "id")
     require_enum(status, MESSAGE_STATUSES, "status")
-    with scope.transaction() as uow:
-        return update_row(uow, _messages, id, status=status)
+    with scope.transaction() as tx:
+        return update_row(tx, _messages, id, status=status)
 
 
 def poll_for_agent(scope: Scope, agent_id: str, max_messages: object = DEFAULT_POLL,
@@ -292,10 +292,10 @@ def poll_for_agent(scope: Scope, agent_id: str, max_messages: object = DEFAULT_P
     wanted = string_list(include_topics, "include_topics") if include_topics else []
     topics = list(dict.fromkeys(wanted))
     if not topics:  # the agent's own topics, read first (a SELECT of its own)
-        with scope.one_read() as uow:
-            topics = feed_topics(uow, agent_id, [])
-    with scope.one_read() as uow:
-        return poll_messages(uow, agent_id, limit, topics)
+        with scope.one_read() as tx:
+            topics = feed_topics(tx, agent_id, [])
+    with scope.one_read() as tx:
+        return poll_messages(tx, agent_id, limit, topics)
 
 
 def get_audit_messages_for_agent(scope: Scope, agent_id: str, max_messages: object = DEFAULT_POLL,
@@ -309,15 +309,15 @@ def deliver_to_agent(scope: Scope, message_id: str, agent_id: str) -> bool:
     """True when the message exists and an agent id was given (nothing is written)."""
     lookup_key(message_id, "message_id")
     lookup_key(agent_id, "agent_id")
-    with scope.transaction(write=False) as uow:
-        return bool(agent_id) and get_message(uow, message_id) is not None
+    with scope.transaction(write=False) as tx:
+        return bool(agent_id) and get_message(tx, message_id) is not None
 
 
 def deliver_to_topic(scope: Scope, message_id: str, topic: str) -> int:
     """How many non-offline agents follow the topic (nothing is written)."""
     lookup_key(message_id, "message_id")
-    with scope.transaction(write=False) as uow:
-        return len(get_agents_by_topic(uow, topic))
+    with scope.transaction(write=False) as tx:
+        return len(get_agents_by_topic(tx, topic))
 
 
 def ack_messages(scope: Scope, *args: Any, **kwargs: Any) -> int:

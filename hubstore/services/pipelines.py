@@ -28,8 +28,8 @@ _FIELDS = ("phase", *_INT_FIELDS, "artifacts", "phase_history")
 def get_pipeline_state(scope: Scope, team_name: str) -> PipelineState | None:
     """The team's state, or None."""
     lookup_key(team_name, "team_name")
-    with scope.transaction(write=False) as uow:
-        return get(uow, PipelineState, team_name)
+    with scope.transaction(write=False) as tx:
+        return get(tx, PipelineState, team_name)
 
 
 def save_pipeline_state(scope: Scope, team_name: str,
@@ -46,15 +46,15 @@ def save_pipeline_state(scope: Scope, team_name: str,
     for name in ("artifacts", "phase_history"):
         if name in fields:
             json_value(fields[name], name)
-    with scope.transaction() as uow:
+    with scope.transaction() as tx:
         now = now_ms()
         values = {"team_name": team_name, "created_at": now, "updated_at": now, **fields}
-        stmt = uow.sql.insert(_pipelines).values(values)
+        stmt = tx.sql.insert(_pipelines).values(values)
         stmt = stmt.on_conflict_do_update(
             index_elements=[_pipelines.c.team_name],
             set_={k: stmt.excluded[k] for k in (*fields, "updated_at")})
-        execute(uow, stmt)
-        state = get(uow, PipelineState, team_name, fresh=True)
+        execute(tx, stmt)
+        state = get(tx, PipelineState, team_name, fresh=True)
         assert state is not None
         return state
 
@@ -62,14 +62,14 @@ def save_pipeline_state(scope: Scope, team_name: str,
 def remove_pipeline_state(scope: Scope, team_name: str) -> bool:
     """Delete the team's state; True when there was one."""
     lookup_key(team_name, "team_name")
-    with scope.transaction() as uow:
-        result = execute(uow,
+    with scope.transaction() as tx:
+        result = execute(tx,
             delete(_pipelines).where(_pipelines.c.team_name == team_name))
         return bool(result.rowcount)
 
 
 def list_pipeline_states(scope: Scope) -> list[PipelineState]:
     """Every team's state, by team name."""
-    with scope.transaction(write=False) as uow:
-        return load(uow, PipelineState,
+    with scope.transaction(write=False) as tx:
+        return load(tx, PipelineState,
                     select(PipelineState).order_by(PipelineState.team_name))

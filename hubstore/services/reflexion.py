@@ -248,7 +248,7 @@ def add_reflexion(scope: Scope, error_pattern: str, error_message: str, solution
         require_text(solution_code, "solution_code")
     require_enum(type, REFLEXION_TYPES, "type")
     state = json_object(adaptive_state, "adaptive_state")
-    with scope.transaction() as uow:
+    with scope.transaction() as tx:
         now = now_ms()
         row = {
             "id": uuidv7(), "type": type, "error_pattern": error_pattern,
@@ -257,15 +257,15 @@ def add_reflexion(scope: Scope, error_pattern: str, error_message: str, solution
             "confidence": 0.5, "hit_count": 1, "success_count": 0, "last_hit_ms": now,
             "created_at_ms": now, "updated_at_ms": now,
         }
-        _INSERT.run(uow, row)
+        _INSERT.run(tx, row)
         return from_row(ReflexionEntry, row)
 
 
 def get_reflexion(scope: Scope, id: str) -> ReflexionEntry | None:
     """The entry, or None."""
     lookup_key(id, "id")
-    with scope.transaction(write=False) as uow:
-        return get(uow, ReflexionEntry, id)
+    with scope.transaction(write=False) as tx:
+        return get(tx, ReflexionEntry, id)
 
 
 def find_reflexion(scope: Scope, error_pattern: str,
@@ -292,8 +292,8 @@ def find_matching(scope: Scope, error_pattern: str, context: dict[str, Any] | No
     filters = check_context_filter(context)
     signature = tuple((key, _kind(value)) for key, value in filters.items())
     needle = first_utf16_units(error_pattern, NEEDLE_UTF16_UNITS)
-    with scope.one_read() as uow:  # the exact SELECT
-        sql = uow.sql
+    with scope.one_read() as tx:  # the exact SELECT
+        sql = tx.sql
         params: dict[str, Any] = {"p_pattern": error_pattern,
                                   "p_like": "%" + like_escape(sql.like_needle(needle)) + "%",
                                   "p_phrase": '"' + needle.replace('"', '""') + '"'}
@@ -301,27 +301,27 @@ def find_matching(scope: Scope, error_pattern: str, context: dict[str, Any] | No
             bound = sql.json_filter_value(value)
             if bound is not None:
                 params[f"p_value_{i}"] = bound
-        trigram = uow.db.features.reflexion_fts and len(needle) >= 3
+        trigram = tx.db.features.reflexion_fts and len(needle) >= 3
         exact, contains = find_statements(sql, signature, trigram)
-        found = exact.instances(uow, params, ReflexionEntry)
+        found = exact.instances(tx, params, ReflexionEntry)
     if found or not substring:
         return found
-    with scope.one_read() as uow:  # no exact match: the substring SELECT
-        return contains.instances(uow, params, ReflexionEntry)
+    with scope.one_read() as tx:  # no exact match: the substring SELECT
+        return contains.instances(tx, params, ReflexionEntry)
 
 
 def update_reflexion_hit(scope: Scope, id: str, success: bool = False) -> ReflexionEntry | None:
     """One more hit (and success): confidence is recalculated."""
     require_id(id, "id")
-    with scope.transaction() as uow:
+    with scope.transaction() as tx:
         # Read under the row lock (SQLite: the write lock), then one guarded write.
-        found = _LOCK_COUNTS.first(uow, {"p_id": id})
+        found = _LOCK_COUNTS.first(tx, {"p_id": id})
         if found is None:
             return None
         hits = found["hit_count"] + 1
         successes = found["success_count"] + (1 if success else 0)
         now = now_ms()
-        [entry] = _RECORD_HIT.instances(uow, {
+        [entry] = _RECORD_HIT.instances(tx, {
             "p_id": id, "p_hits": hits, "p_successes": successes, "p_now": now,
             "p_confidence": recalc(hits, successes)}, ReflexionEntry)
         return entry
@@ -333,8 +333,8 @@ def prune_reflexion(scope: Scope, max_age_ms: int = THIRTY_DAYS_MS, min_confiden
     require_duration(max_age_ms, "max_age_ms")
     threshold = require_number(min_confidence, "min_confidence")
     now = resolve_now(now_ms)
-    with scope.transaction() as uow:
-        result = execute(uow,
+    with scope.transaction() as tx:
+        result = execute(tx,
             delete(_entries).where(_entries.c.updated_at_ms < now - max_age_ms,
                                    _entries.c.confidence < threshold))
         return int(result.rowcount)
@@ -396,10 +396,10 @@ def list_reflexion(scope: Scope, type: str | None = None, min_confidence: float 
     'project_slug'``), so it stays fast on 100,000 entries.
     """
     checked = _ListFilters.of(type, min_confidence, project_slug)
-    with scope.transaction(write=False) as uow:
-        params = checked.params(uow.sql)
-        statement = list_statement(uow.sql, *checked.shape(params))
-        return [from_row(ReflexionEntry, row) for row in statement.rows(uow, params)]
+    with scope.transaction(write=False) as tx:
+        params = checked.params(tx.sql)
+        statement = list_statement(tx.sql, *checked.shape(params))
+        return [from_row(ReflexionEntry, row) for row in statement.rows(tx, params)]
 
 
 def reflexion_cursor(entry: ReflexionEntry) -> str:
@@ -432,10 +432,10 @@ def page_reflexion(scope: Scope, type: str | None = None, min_confidence: float 
     checked = _ListFilters.of(type, min_confidence, project_slug)
     size = require_int(limit, "limit", minimum=1, maximum=MAX_PAGE)
     keyset = _cursor_params(after) if after is not None else {}
-    with scope.transaction(write=False) as uow:
-        params = {**checked.params(uow.sql), **keyset, "p_limit": size + 1}
-        statement = page_statement(uow.sql, *checked.shape(params), bool(keyset))
-        rows = [from_row(ReflexionEntry, row) for row in statement.rows(uow, params)]
+    with scope.transaction(write=False) as tx:
+        params = {**checked.params(tx.sql), **keyset, "p_limit": size + 1}
+        statement = page_statement(tx.sql, *checked.shape(params), bool(keyset))
+        rows = [from_row(ReflexionEntry, row) for row in statement.rows(tx, params)]
     entries = rows[:size]
     return ReflexionPage(entries, reflexion_cursor(entries[-1]) if len(rows) > size else None)
 
@@ -454,13 +454,13 @@ def patch_reflexion(scope: Scope, id: str, **patch: Unpack[ReflexionPatch]
     if values.get("updated_at_ms") is None:
         values["updated_at_ms"] = now_ms()
     statement = patch_statement(tuple(sorted(values)))
-    with scope.transaction() as uow:
-        rows = statement.rows(uow, {**values, "p_id": id})
+    with scope.transaction() as tx:
+        rows = statement.rows(tx, {**values, "p_id": id})
         return from_row(ReflexionEntry, rows[0]) if rows else None
 
 
 def delete_reflexion(scope: Scope, id: str) -> bool:
     """Delete an entry; True when there was one (10.17.4's ``deleteReflexion``)."""
     require_id(id, "id")
-    with scope.transaction() as uow:
-        return _DELETE.run(uow, {"p_id": id}) > 0
+    with scope.transaction() as tx:
+        return _DELETE.run(tx, {"p_id": id}) > 0

@@ -85,22 +85,22 @@ def prune_messages(scope: Scope, older_than_ms: int, now_ms: int | None = None,
         start: int | None = None  # created_at_ms where this priority's next batch starts
         while True:
             began = time.monotonic()
-            with scope.transaction() as uow:
-                rows = execute(uow, BATCH, {
+            with scope.transaction() as tx:
+                rows = execute(tx, BATCH, {
                     "p_priority": priority, "p_before": before, "p_limit": batch_size,
                     "p_from": -(2 ** 63) if start is None else start}).all()
                 ids = [row.id for row in rows]
                 for chunk in _chunks(ids):
-                    execute(uow, delete(_inbox).where(
+                    execute(tx, delete(_inbox).where(
                         _inbox.c.message_id.in_(chunk)))
-                    execute(uow, delete(_letters).where(
+                    execute(tx, delete(_letters).where(
                         _letters.c.message_id.in_(chunk)))
-                    execute(uow, delete(_messages).where(
+                    execute(tx, delete(_messages).where(
                         _messages.c.id.in_(chunk)))
             # Joined into a unit of work still open (called on it, or on the store
             # inside one), the batches are parts of its transaction: nothing to pause
             # for, the writer's turn is not given back.
-            pause = uow.db.current_uow.get() is None
+            pause = tx.db.current_uow.get() is None
             if not rows:
                 break
             deleted += len(ids)
@@ -133,18 +133,18 @@ def trim_message_log(scope: Scope, batch_size: int) -> None:
     """
     after = 0
     while True:
-        with scope.transaction() as uow:
-            rows = execute(uow, _LOG_SCAN, {
+        with scope.transaction() as tx:
+            rows = execute(tx, _LOG_SCAN, {
                 "p_after": after, "p_limit": batch_size}).all()
             gone = [row.seq for row in rows if row.gone]
-            log_counts = bool(gone) and uow.db.features.log_counts
+            log_counts = bool(gone) and tx.db.features.log_counts
             for statement in FOLD_LOG if log_counts else ():
-                execute(uow, statement)
+                execute(tx, statement)
             for chunk in _chunks(gone):
                 trim = delete(_log).where(_log.c.seq.in_(chunk), _log.c.seq < _LOG_HEAD)
                 if log_counts:
                     trim = trim.where(_log.c.seq <= _LOG_FOLDED)
-                execute(uow, trim)
+                execute(tx, trim)
         if not gone or len(rows) < batch_size:
             return
         after = rows[-1].seq
@@ -154,8 +154,8 @@ def count_messages_before(scope: Scope, older_than_ms: int, now_ms: int | None =
     """How many messages ``prune_messages`` would delete now (index-backed count)."""
     require_int(older_than_ms, "older_than_ms", minimum=0)
     before = resolve_now(now_ms) - older_than_ms
-    with scope.transaction(write=False) as uow:
-        return int(scalar(uow,
+    with scope.transaction(write=False) as tx:
+        return int(scalar(tx,
             select(func.count()).select_from(_messages).where(
                 _messages.c.priority.in_(list(PRIORITIES)),
                 _messages.c.created_at_ms < before)) or 0)

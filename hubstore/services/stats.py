@@ -30,13 +30,13 @@ from sqlalchemy import (
 )
 
 from hubstore import figures
-from hubstore.dialects import SqlDialect
+from hubstore.dialects import SqlDialect, dialect_for
 from hubstore.execution import execute, scalar, scalars
 from hubstore.models import Agent, Message, table_of
+from hubstore.services.assigns.limits import get_assign_limits
 from hubstore.services.base import const, resolve_now
 from hubstore.services.dead_letters import record_dead_letters
 from hubstore.services.human_requests import expire_human_requests
-from hubstore.services.limits import get_assign_limits
 from hubstore.transaction import Scope, Transaction
 
 if TYPE_CHECKING:
@@ -87,17 +87,8 @@ _FIGURES_WITH_DELTAS = text("""
         UNION ALL SELECT '_pending', count(*) FROM hub_counter_deltas
         UNION ALL SELECT 'online_agents', count(*) FROM agents WHERE status = 'online'
     ) AS figures GROUP BY name""")
-_TRY_FOLD_LOCK = text("SELECT pg_try_advisory_xact_lock(:key)")
-_FOLD = text("""
-    WITH moved AS (DELETE FROM hub_counter_deltas RETURNING name, delta)
-    INSERT INTO hub_counters (name, value)
-    SELECT name, sum(delta) FROM moved GROUP BY name
-    ON CONFLICT (name) DO UPDATE SET value = hub_counters.value + EXCLUDED.value""")
 #: Fold the deltas once this many are pending (a read then sums fewer rows).
 FOLD_AT = 1_000
-FOLD_LOCK_KEY = 0x6875_6266_6F6C_64  # "hubfold"
-# SKIP_LOCKED: if another fold's vacuum or autovacuum is at it, leave it to them.
-_VACUUM_DELTAS = "VACUUM (SKIP_LOCKED) hub_counter_deltas, assign_worker_count_deltas"
 
 # Revision 0015: each worker's queued and running jobs, a row per worker that has any
 # (SQLite's triggers delete a row left at zero; on PostgreSQL the fold does); on
@@ -120,76 +111,50 @@ def _busiest(rows: str) -> TextClause:
 _WORKERS = _busiest(WORKER_ROWS)
 _WORKERS_WITH_DELTAS = _busiest(WORKER_ROWS_WITH_DELTAS)
 _WORKER_DELTAS_PENDING = text("SELECT count(*) FROM assign_worker_count_deltas")
-_FOLD_WORKERS = (
-    text("""
-    WITH moved AS (DELETE FROM assign_worker_count_deltas
-                   RETURNING worker_agent, queued, running)
-    INSERT INTO assign_worker_counts (worker_agent, queued, running)
-    SELECT worker_agent, sum(queued), sum(running) FROM moved GROUP BY worker_agent
-    ON CONFLICT (worker_agent) DO UPDATE
-       SET queued = assign_worker_counts.queued + EXCLUDED.queued,
-           running = assign_worker_counts.running + EXCLUDED.running"""),
-    text("DELETE FROM assign_worker_counts WHERE queued = 0 AND running = 0"))
 
 
-def counts(uow: Transaction) -> dict[str, int]:
+def counts(tx: Transaction) -> dict[str, int]:
     """Every counter the figures need, in one statement that counts no table."""
-    features = uow.db.features
+    features = tx.db.features
     if features.counter_deltas:
-        figures = {str(n): int(v) for n, v in execute(uow, _FIGURES_WITH_DELTAS)}
+        figures = {str(n): int(v) for n, v in execute(tx, _FIGURES_WITH_DELTAS)}
         if figures.pop("_pending", 0) >= FOLD_AT:
             # Readers run READ ONLY transactions: the fold is a write of its own, after.
-            engine = uow.db.engine
-            uow.after_commit(lambda: fold_deltas(engine))
+            engine = tx.db.engine
+            tx.after_commit(lambda: fold_deltas(engine))
         return figures
     if features.log_counts:
-        return {str(n): int(v) for n, v in execute(uow, FIGURES_WITH_LOG)}
+        return {str(n): int(v) for n, v in execute(tx, FIGURES_WITH_LOG)}
     if features.counters:
-        return {str(n): int(v) for n, v in execute(uow, _FIGURES)}
-    online = execute(uow, _ONLINE).one().value
-    return {"online_agents": int(online), **plain_counts(uow)}
+        return {str(n): int(v) for n, v in execute(tx, _FIGURES)}
+    online = execute(tx, _ONLINE).one().value
+    return {"online_agents": int(online), **plain_counts(tx)}
 
 
 def fold_deltas(engine: Engine) -> None:
     """Fold the pending deltas into the counters, the hub's and the workers' (one folder
-    at a time), then vacuum."""
-    with engine.begin() as conn:
-        if not conn.scalar(_TRY_FOLD_LOCK, {"key": FOLD_LOCK_KEY}):
-            return
-        conn.execute(_FOLD)
-        for statement in _FOLD_WORKERS:
-            conn.execute(statement)
-    vacuum_deltas(engine)
+    at a time), then vacuum: the dialect's statements (PostgreSQL's; see
+    ``SqlDialect.fold_counter_deltas``)."""
+    dialect_for(engine.dialect.name).fold_counter_deltas(engine)
 
 
-def vacuum_deltas(engine: Engine) -> None:
-    """Reclaim the delta rows a fold deleted (VACUUM runs outside any transaction).
-
-    Until a vacuum clears them, every figures read scans them again: after 100,000
-    messages, figures ran at about 30 reads/s, instead of over 1,000, until autovacuum
-    came by.
-    """
-    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-        conn.exec_driver_sql(_VACUUM_DELTAS)
-
-
-def jobs_by_worker(uow: Transaction, limit: int) -> list[tuple[str, int, int]]:
+def jobs_by_worker(tx: Transaction, limit: int) -> list[tuple[str, int, int]]:
     """(worker, queued jobs, running jobs) of the ``limit`` workers with the most queued
     jobs (then running), from revision 0015's trigger-kept counts: no job is read."""
-    if not uow.db.features.counter_deltas:
-        rows = execute(uow, _WORKERS, {"n": limit})
+    if not tx.db.features.counter_deltas:
+        rows = execute(tx, _WORKERS, {"n": limit})
         return [(str(w), int(q), int(r)) for w, q, r in rows]
-    rows = execute(uow, _WORKERS_WITH_DELTAS, {"n": limit})
+    rows = execute(tx, _WORKERS_WITH_DELTAS, {"n": limit})
     depths = [(str(w), int(q), int(r)) for w, q, r in rows]
-    if scalar(uow, _WORKER_DELTAS_PENDING) >= FOLD_AT:
-        engine = uow.db.engine
-        uow.after_commit(lambda: fold_deltas(engine))
+    if scalar(tx, _WORKER_DELTAS_PENDING) >= FOLD_AT:
+        engine = tx.db.engine
+        tx.after_commit(lambda: fold_deltas(engine))
     return depths
 
 
-def plain_counts(uow: Transaction) -> dict[str, int]:
+def plain_counts(tx: Transaction) -> dict[str, int]:
     """The same counters by counting rows (the reference's way, also the check)."""
-    return figures.plain_counts_of(execute(uow, figures.PLAIN_COUNTS).mappings().one())
+    return figures.plain_counts_of(execute(tx, figures.PLAIN_COUNTS).mappings().one())
 
 
 def expire_queued(sql: SqlDialect, now: int) -> ReturningUpdate[str]:
@@ -208,25 +173,25 @@ def expire_queued(sql: SqlDialect, now: int) -> ReturningUpdate[str]:
 def sweep_expired(scope: Scope, now_ms: int | None = None) -> dict[str, int]:
     """Queued messages past expiry become dead letters; overdue human requests time out."""
     now = resolve_now(now_ms)
-    with scope.transaction() as uow:
-        expired = list(scalars(uow, expire_queued(uow.sql, now)))
-        record_dead_letters(uow, expired, "ttl_expired", None, now)
-        timed_out = expire_human_requests(uow, now)
+    with scope.transaction() as tx:
+        expired = list(scalars(tx, expire_queued(tx.sql, now)))
+        record_dead_letters(tx, expired, "ttl_expired", None, now)
+        timed_out = expire_human_requests(tx, now)
         return {"messages": len(expired), "human_requests": timed_out}
 
 
 def get_queue_depths(scope: Scope) -> dict[str, int]:
     """Queued messages by urgency, and the dead-letter count."""
-    with scope.transaction(write=False) as uow:
-        c = counts(uow)
+    with scope.transaction(write=False) as tx:
+        c = counts(tx)
     return _depths(c)
 
 
 def get_delivery_stats(scope: Scope, now_ms: int | None = None) -> dict[str, Any]:
     """Acked messages created in the last five minutes."""
     now = resolve_now(now_ms)
-    with scope.transaction(write=False) as uow:
-        total = scalar(uow, select(func.count()).select_from(_messages).where(
+    with scope.transaction(write=False) as tx:
+        total = scalar(tx, select(func.count()).select_from(_messages).where(
             _messages.c.status == const("acked"),
             _messages.c.created_at_ms > now - DELIVERY_WINDOW_MS))
     return {"total_deliveries": int(total or 0), "avg_delivery_ms": 0}
@@ -237,9 +202,9 @@ def get_hub_stats(scope: Scope) -> dict[str, Any]:
     reference's figures); where assign limits exist, also ``assign_limits``: each
     key's limit, its running jobs and its starts in the last window
     (``AssignLimit.to_dict()`` but the key)."""
-    with scope.transaction(write=False) as uow:
-        c = counts(uow)
-        limits = get_assign_limits(uow)
+    with scope.transaction(write=False) as tx:
+        c = counts(tx)
+        limits = get_assign_limits(tx)
     figures: dict[str, Any] = {
         "online_agents": c["online_agents"],
         "total_messages": c["messages"],
@@ -255,8 +220,8 @@ def get_hub_stats(scope: Scope) -> dict[str, Any]:
 
 def get_audit_stats(scope: Scope) -> dict[str, int]:
     """The audit figures."""
-    with scope.transaction(write=False) as uow:
-        c = counts(uow)
+    with scope.transaction(write=False) as tx:
+        c = counts(tx)
     return {
         "online_agents": c["online_agents"],
         "total_messages": c["messages"],

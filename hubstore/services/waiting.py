@@ -31,17 +31,17 @@ from hubstore.errors import AssignNotFound, ValidationError, describe
 from hubstore.execution import Prepared, from_row
 from hubstore.ids import now_ms
 from hubstore.models import TOPIC_FEED_WHERE, AssignJob, Message, MessageLog, table_of
-from hubstore.services.assign_hub import MAX_BATCH
-from hubstore.services.assigns import get_assign
-from hubstore.services.claims import (
+from hubstore.services.assigns.batches import MAX_BATCH
+from hubstore.services.assigns.claims import (
     claim_next_assign,
     claim_next_assigns,
     claimable,
     next_due_ms,
 )
-from hubstore.services.limits import full_limits
+from hubstore.services.assigns.creating import get_assign
+from hubstore.services.assigns.limits import full_limits
+from hubstore.services.assigns.rescue import next_rescue_ms, take_back_stalled
 from hubstore.services.messages import feed_topics
-from hubstore.services.timeouts import next_rescue_ms, take_back_stalled
 from hubstore.transaction import Scope, Transaction, open_transaction
 from hubstore.validation import as_number, require_id, require_int, string_list
 
@@ -116,23 +116,23 @@ class FeedBatch:
     topics: list[str]
 
 
-def feed_head(uow: Transaction) -> int:
+def feed_head(tx: Transaction) -> int:
     """The highest committed seq (0 for an empty log)."""
-    row = _HEAD.first(uow, {})
+    row = _HEAD.first(tx, {})
     return int(row["head"]) if row else 0
 
 
-def read_feed(uow: Transaction, agent_id: str, include_topics: list[str], after: int,
+def read_feed(tx: Transaction, agent_id: str, include_topics: list[str], after: int,
               limit: int) -> FeedBatch:
     """The agent's messages after ``after``, up to ``limit``; nothing moves."""
-    head = feed_head(uow)
-    topics = feed_topics(uow, agent_id, include_topics)
+    head = feed_head(tx)
+    topics = feed_topics(tx, agent_id, include_topics)
     if head <= after:
         return FeedBatch([], after, topics)
     params: dict[str, Any] = {"p_agent_id": agent_id, "p_after": after, "p_head": head,
                               "p_limit": limit}
     params.update({f"p_topic_{k}": topic for k, topic in enumerate(topics)})
-    rows = _feed_statement(len(topics)).rows(uow, params)
+    rows = _feed_statement(len(topics)).rows(tx, params)
     # Short of the limit, everything up to head was seen: the position moves to head
     # (past other agents' messages, so the next read does not scan them again).
     position = int(rows[-1]["feed_seq"]) if len(rows) == limit else head
@@ -187,11 +187,11 @@ def wait_plan(scope: Scope, worker_agent: str) -> WaitPlan:
     comes first; and the wake-ups to listen for: the worker's, and room freed under each
     limit that is full now (its jobs are held)."""
     now = now_ms()
-    with scope.transaction(write=False) as uow:
-        full, reopen = full_limits(uow, now)
-        times = [t for t in (next_due_ms(uow, worker_agent), next_rescue_ms(uow), reopen)
+    with scope.transaction(write=False) as tx:
+        full, reopen = full_limits(tx, now)
+        times = [t for t in (next_due_ms(tx, worker_agent), next_rescue_ms(tx), reopen)
                  if t is not None]
-        if uow.sql.row_locks and claimable(uow, worker_agent, full):
+        if tx.sql.row_locks and claimable(tx, worker_agent, full):
             times.append(now + RACE_PAUSE_MS)  # (see claims.claimable)
     keys = frozenset([signals.worker_key(worker_agent), *map(signals.limit_key, full)])
     return WaitPlan(monotonic_at(min(times)) if times else None, keys)
@@ -263,8 +263,8 @@ class MessageFeed:
     def read(self, max_messages: int) -> FeedBatch:
         """One look at the tables from the current position (the position stays)."""
         max_messages = check_batch(max_messages)
-        with open_transaction(self.db, write=False) as uow:
-            return read_feed(uow, self.agent_id, self.include_topics, self.position,
+        with open_transaction(self.db, write=False) as tx:
+            return read_feed(tx, self.agent_id, self.include_topics, self.position,
                              max_messages)
 
     def keys(self) -> frozenset[str]:
@@ -309,8 +309,8 @@ def wait_for_assign(scope: Scope, worker_agent: str, timeout_s: float | None = 3
     before; None waits without limit)."""
     require_id(worker_agent, "worker_agent")
     refuse_inside_unit_of_work(scope, "wait_for_assign")
-    jobs = claim_waiting(scope, worker_agent, timeout_s, lambda uow: [
-        job for job in [claim_next_assign(uow, worker_agent)] if job is not None])
+    jobs = claim_waiting(scope, worker_agent, timeout_s, lambda tx: [
+        job for job in [claim_next_assign(tx, worker_agent)] if job is not None])
     return jobs[0] if jobs else None
 
 
@@ -323,7 +323,7 @@ def wait_for_assigns(scope: Scope, worker_agent: str, limit: int = 10,
     require_int(limit, "limit", minimum=1, maximum=MAX_BATCH)
     refuse_inside_unit_of_work(scope, "wait_for_assigns")
     return claim_waiting(scope, worker_agent, timeout_s,
-                         lambda uow: claim_next_assigns(uow, worker_agent, limit))
+                         lambda tx: claim_next_assigns(tx, worker_agent, limit))
 
 
 def claim_waiting(scope: Scope, worker_agent: str, timeout_s: float | None,
@@ -335,9 +335,9 @@ def claim_waiting(scope: Scope, worker_agent: str, timeout_s: float | None,
     with watcher.subscribe(signals.ASSIGNS, [signals.worker_key(worker_agent)]) as sub:
         while True:
             sub.clear()
-            with scope.transaction() as uow:
-                jobs = claim(uow)
-                plan = None if jobs else wait_plan(uow, worker_agent)
+            with scope.transaction() as tx:
+                jobs = claim(tx)
+                plan = None if jobs else wait_plan(tx, worker_agent)
             if plan is None:
                 return jobs
             sub.keys = plan.keys
@@ -380,6 +380,6 @@ def message_feed(scope: Scope, agent_id: str, include_topics: Iterable[str] | No
     if cursor is not None:
         position = parse_cursor(cursor)
     else:
-        with scope.transaction(write=False) as uow:
-            position = feed_head(uow)
+        with scope.transaction(write=False) as tx:
+            position = feed_head(tx)
     return MessageFeed(scope.db, agent_id, topics, position)

@@ -1,6 +1,6 @@
 """``/metrics``: the hub's figures in Prometheus' text format (prometheus-client).
 
-Every value comes from one :class:`~hubstore.web.queries.Snapshot`: the trigger-kept
+Every value comes from one :class:`~hubstore.services.console_reads.Snapshot`: the trigger-kept
 counters (messages, queued messages by urgency, dead letters, jobs by status), agents
 by status and pending human requests (index ranges: one entry per agent, one per pending
 request); and the queued and running jobs of the workers with the most queued (revision
@@ -32,9 +32,9 @@ from prometheus_client.registry import Collector
 
 from hubstore.ids import now_ms
 from hubstore.models import AGENT_STATUSES
+from hubstore.services.console_reads import Snapshot
 from hubstore.services.job_metrics import FINAL, finished_since, oldest_queued
 from hubstore.store import HubStore
-from hubstore.web.queries import Snapshot
 
 #: How far back each scrape reads the finished jobs again (a commit stamped before the
 #: last scrape's newest may land after it).

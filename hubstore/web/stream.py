@@ -3,7 +3,7 @@ into versions that the pages' server-sent-event streams pass on.
 
 While at least one page listens, the pulse subscribes to the store's change watcher
 (:mod:`hubstore.signals`: LISTEN/NOTIFY on PostgreSQL, ``PRAGMA data_version`` on
-SQLite), and on each wake-up reads the :class:`~hubstore.web.queries.Snapshot` (counters
+SQLite), and on each wake-up reads the :class:`~hubstore.services.console_reads.Snapshot` (counters
 and index ranges only); when what the console shows has changed, listeners get a new
 version and their pages fetch the parts that show it. Wake-ups are taken at most every
 :data:`MIN_INTERVAL_S`, so a busy hub costs a few snapshot reads a second, however many
@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 from hubstore import signals
 from hubstore.aio import AsyncHubStore
 from hubstore.errors import HubStoreError
-from hubstore.web.queries import Snapshot, snapshot
+from hubstore.services.console_reads import Snapshot, snapshot
 
 log = logging.getLogger("hubstore.web")
 

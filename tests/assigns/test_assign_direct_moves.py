@@ -18,7 +18,10 @@ from sqlalchemy import text
 from hubstore import HubStore
 from hubstore.errors import IllegalTransition
 from hubstore.models import AssignJob
-from hubstore.services import assign_hub, assigns, messages
+from hubstore.services import messages
+from hubstore.services.assigns import creating, handoffs
+from hubstore.services.assigns import moves as assigns
+from hubstore.services.assigns import reports as assign_hub
 from tests.factories import AssignJobFactory, bind, unbind
 from tests.helpers import Heard, driver_trace, engine_statements
 
@@ -34,7 +37,7 @@ def factories(store: HubStore) -> Iterator[None]:
 
 @pytest.fixture
 def frozen(monkeypatch: pytest.MonkeyPatch) -> None:
-    for module in (assigns, assign_hub, messages):
+    for module in (assigns, assign_hub, creating, handoffs, messages):
         monkeypatch.setattr(module, "now_ms", lambda: NOW)
 
 
@@ -212,7 +215,7 @@ def test_a_direct_move_inside_a_unit_of_work_joins_it(
 def test_the_hubs_routine_finish_leaves_a_row_the_rules_rewrite_to_the_general_path(
         store: HubStore, factories: None, frozen: None, monkeypatch: pytest.MonkeyPatch,
         odd: str, target: str, report: dict[str, Any]) -> None:
-    """report_assign_result's one-statement finish (services/assign_hub.py) takes only
+    """report_assign_result's one-statement finish (services/assigns/reports.py) takes only
     the rows the direct move takes: a row the rules would rewrite is finished, and its
     supervisor's event written, as the locking path does it."""
     _odd_twins(store, odd, status="running", started_at_ms=NOW - 1_000, worker_agent="w")

@@ -25,7 +25,8 @@ from hubstore.errors import (
 )
 from hubstore.ids import now_ms
 from hubstore.models import AssignJob, Message
-from hubstore.services.assigns import ConcurrentUpdate, lock_job, move
+from hubstore.services.assigns.moves import move
+from hubstore.services.assigns.rows import ConcurrentUpdate, lock_job
 from hubstore.types import AssignEvent, AssignStatus
 from tests.factories import AssignJobFactory
 from tests.helpers import Heard
@@ -488,7 +489,7 @@ def test_assign_async_refuses_bad_input_and_writes_nothing(store: HubStore) -> N
     with pytest.raises(ValidationError):
         store.assign_async("lead", "", trace_id="tr-bad")
     with pytest.raises(ValidationError, match="bogus_field"):  # not a raw TypeError
-        store.assign_async("lead", "w1", bogus_field=1)
+        store.assign_async("lead", "w1", bogus_field=1)  # type: ignore[call-arg]
     assert store.list_assigns() == []
     assert store.get_messages_by_trace("tr-bad") == []
 
@@ -874,7 +875,7 @@ def test_a_number_column_holding_text_is_a_hubstore_error(
 
 
 def test_a_put_back_claim_is_queued_again_as_before_the_claim(store: HubStore) -> None:
-    from hubstore.services.assigns import put_back_claim
+    from hubstore.services.assigns.moves import put_back_claim
 
     bare = store.create_assign("lead", "w1", task="t", priority=9)
     dated = store.create_assign("lead", "w1", task="u", priority=1)

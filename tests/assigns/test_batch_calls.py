@@ -136,8 +136,9 @@ def _strip(row: dict[str, object], *keys: str) -> dict[str, object]:
 
 def test_assign_many_writes_the_rows_assign_async_writes(store: HubStore) -> None:
     """PostgreSQL: the jobs and their handoffs in one statement (no BEGIN or COMMIT)."""
-    fields = {"task": "t", "payload": {"n": [1, 2.5, "x"]}, "priority": 8, "max_retries": 2,
-              "timeout_ms": 5_000, "trace_id": "tr", "correlation_id": "co"}
+    fields: dict[str, Any] = {
+        "task": "t", "payload": {"n": [1, 2.5, "x"]}, "priority": 8, "max_retries": 2,
+        "timeout_ms": 5_000, "trace_id": "tr", "correlation_id": "co"}
     one = store.assign_async("lead", "w1", **fields)
     seen = engine_statements(store)
     many = store.assign_many("lead", "w1", [fields, {**fields, "task": "u"}])

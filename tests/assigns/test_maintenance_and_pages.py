@@ -16,7 +16,8 @@ from hubstore.aio import AsyncHubStore
 from hubstore.ids import now_ms
 from hubstore.maintenance import arun_maintenance, run_maintenance, sweep_once
 from hubstore.models import AssignJob
-from hubstore.services import assign_listing, timeouts
+from hubstore.services.assigns import listing as assign_listing
+from hubstore.services.assigns import rescue as timeouts
 from hubstore.testing.factories import AssignJobFactory, MessageFactory
 from tests.helpers import present, query_plan
 

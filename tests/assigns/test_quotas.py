@@ -16,8 +16,8 @@ from hubstore import HubStore, ValidationError
 from hubstore.aio import AsyncHubStore
 from hubstore.ids import now_ms
 from hubstore.models import AssignJob
-from hubstore.services.assign_listing import waiting_reason
-from hubstore.services.limits import split_running_room
+from hubstore.services.assigns.limits import split_running_room
+from hubstore.services.assigns.listing import waiting_reason
 from tests.helpers import present
 
 
@@ -68,7 +68,7 @@ def test_a_bad_limit_is_refused_before_anything_is_written(store: HubStore,
 @pytest.mark.parametrize("limit_key", ["", 5, "k" * 201, ["codex"]])
 def test_a_job_with_a_bad_limit_key_is_refused(store: HubStore, limit_key: object) -> None:
     with pytest.raises(ValidationError, match="limit_key"):
-        store.assign_async("lead", "w", limit_key=limit_key)
+        store.assign_async("lead", "w", limit_key=limit_key)  # type: ignore[arg-type]
     assert store.list_assigns() == []
 
 

@@ -13,7 +13,7 @@ from sqlalchemy.engine import URL
 
 from hubstore import HubStore, StaleAttempt
 from hubstore.ids import now_ms
-from hubstore.services import timeouts
+from hubstore.services.assigns import rescue as timeouts
 from hubstore.testing.factories import AssignJobFactory
 from hubstore.transaction import Transaction
 from tests.helpers import Heard, present

@@ -14,7 +14,7 @@ from hubstore import DuplicateKey, HubStore, ValidationError
 from hubstore.ids import now_ms
 from hubstore.maintenance import sweep_once
 from hubstore.models import AssignJob
-from hubstore.services.schedules import latest_tick, next_tick
+from hubstore.services.assigns.schedules import latest_tick, next_tick
 from tests.helpers import present
 
 # --- unique jobs ---------------------------------------------------------------------
@@ -71,7 +71,7 @@ def test_a_retry_into_a_taken_key_is_refused(store: HubStore) -> None:
 @pytest.mark.parametrize("key", ["", 5, "k" * 1_001, "a\x00b"])
 def test_a_bad_unique_key_is_refused(store: HubStore, key: object) -> None:
     with pytest.raises(ValidationError, match="unique_key"):
-        store.assign_async("lead", "w", unique_key=key)
+        store.assign_async("lead", "w", unique_key=key)  # type: ignore[arg-type]
     assert store.list_assigns() == []
 
 

@@ -21,14 +21,14 @@ from hubstore import HubStore, ValidationError
 from hubstore.aio import AsyncHubStore
 from hubstore.ids import now_ms
 from hubstore.reflexion import normalize_error
-from hubstore.web import create_app
-from hubstore.web.queries import (
+from hubstore.services.console_reads import (
     AGENTS_BY_STATUS,
     LATEST,
     PENDING,
     finished_since,
     snapshot,
 )
+from hubstore.web import create_app
 from hubstore.web.stream import Pulse
 from tests.console.web_helpers import HOSTILE, TOKEN, csrf, post, sign_in
 from tests.factories import AssignJobFactory, MessageFactory, ReflexionEntryFactory

@@ -94,9 +94,9 @@ _NO_FCNTL = """
 import sys, time
 sys.modules["fcntl"] = None  # as on Windows: `import fcntl` raises ImportError
 import hubstore
-from hubstore import HubStore, sqlite
+from hubstore import HubStore, sqlite_setup
 from hubstore.errors import DatabaseBusy
-assert sqlite.fcntl is None
+assert sqlite_setup.fcntl is None
 with HubStore.open(sys.argv[1], busy_timeout_ms=300) as store:
     store.register_agent("nofcntl", "codex")
     store.audit_log("event", "nofcntl", "x", "t", payload={"k": 1})

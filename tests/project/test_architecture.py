@@ -25,7 +25,7 @@ def test_each_module_imports_only_the_layers_below_it(
                              no_logo=True)
     out = capsys.readouterr().out
     assert exit_code == 0, out
-    assert "2 kept, 0 broken" in out
+    assert "3 kept, 0 broken" in out
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -80,12 +80,26 @@ def _string_constants(path: Path) -> set[str]:
 
 def test_services_and_the_transaction_never_test_the_dialects_name() -> None:
     """Dialect differences live in hubstore/dialects (one component per dialect)."""
-    files = [*sorted((PACKAGE / "services").glob("*.py")), PACKAGE / "transaction.py",
+    files = [*sorted((PACKAGE / "services").rglob("*.py")), PACKAGE / "transaction.py",
              PACKAGE / "operations.py", PACKAGE / "uow.py"]
     named = {str(path.relative_to(ROOT)): sorted(_string_constants(path)
                                                  & {"sqlite", "postgresql"})
              for path in files}
     assert {name: found for name, found in named.items() if found} == {}
+
+
+#: A PostgreSQL-only SQL function called by name (func.pg_..., func.jsonb_...).
+DIALECT_FUNCTION = re.compile(r"\bfunc\.(pg_\w+|jsonb_\w+)")
+
+
+def test_services_call_no_dialects_own_sql_function() -> None:
+    """PostgreSQL's own functions (pg_*, jsonb_*) are the dialect component's to call:
+    a service asks it (``tx.sql.json_object``, ``sql.claim_slots``)."""
+    found = {str(path.relative_to(ROOT)): DIALECT_FUNCTION.findall(path.read_text("utf-8"))
+             for path in sorted((PACKAGE / "services").rglob("*.py"))}
+    assert {name: calls for name, calls in found.items() if calls} == {}
+    assert DIALECT_FUNCTION.findall("func.pg_backend_pid() + func.jsonb_build_object()") == [
+        "pg_backend_pid", "jsonb_build_object"]
 
 
 #: SQLAlchemy's private API that hubstore uses: allowed in hubstore/execution.py only.
@@ -104,11 +118,11 @@ def test_services_run_statements_through_the_execution_module_only() -> None:
     """No service reaches past hubstore.execution to the connection, the Session or the
     driver, and none begins a transaction itself (its Scope's unit of work does)."""
     reached = {}
-    for path in sorted((PACKAGE / "services").glob("*.py")):
+    for path in sorted((PACKAGE / "services").rglob("*.py")):
         found = sorted({f"{node.value.id}.{node.attr}"
                         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
                         if isinstance(node, ast.Attribute)
-                        and isinstance(node.value, ast.Name) and node.value.id == "uow"
+                        and isinstance(node.value, ast.Name) and node.value.id in ("tx", "uow")
                         and node.attr in ("connection", "session", "driver", "begin")})
         if found:
             reached[path.name] = found
@@ -179,7 +193,7 @@ def exported(sql): return Prepared(select(t))  # called from another module, may
 def test_a_prepared_statement_is_built_once() -> None:
     """Prepared compiles its statement once and keeps it: built per call, it would cost
     more than SQLAlchemy's execution layer, which caches compiled statements by shape."""
-    found = {path.name: names for path in sorted((PACKAGE / "services").glob("*.py"))
+    found = {path.name: names for path in sorted((PACKAGE / "services").rglob("*.py"))
              if (names := prepared_built_per_call(path.read_text(encoding="utf-8")))}
     assert found == {}
 
@@ -278,7 +292,7 @@ def test_the_scanner_finds_each_way_of_reaching_a_private_name() -> None:
 import hubstore._aio_ops
 import hubstore.services.assigns as assigns_module
 from hubstore import HubStore, __version__, aio, migrations
-from hubstore.services import assign_hub
+from hubstore.services.assigns import reports
 from hubstore.services.messages import _poll_statement, poll_statement
 from hubstore._aio_codegen import generate
 
@@ -287,7 +301,7 @@ def test(monkeypatch):
     assigns_module._SELECT.rows()
     hubstore.services.retention._BATCH
     monkeypatch.setattr(migrations, "_dangling_rows", None)
-    getattr(assign_hub, "_CLAIM")
+    getattr(reports, "_CLAIM")
     monkeypatch.setattr("hubstore.connections._restore_mode", None)
     # public, or not the package's: none of these counts
     aio.AsyncHubStore, migrations.upgrade, HubStore._private_method, __version__
@@ -303,7 +317,7 @@ def test(monkeypatch):
         "11: hubstore.services.assigns._SELECT",
         "12: hubstore.services.retention._BATCH",
         "13: hubstore.migrations._dangling_rows (named by string)",
-        "14: hubstore.services.assign_hub._CLAIM (named by string)",
+        "14: hubstore.services.assigns.reports._CLAIM (named by string)",
         "15: 'hubstore.connections._restore_mode'",
     ]
 

@@ -161,7 +161,7 @@ def test_store_methods_show_their_signature_without_the_scope() -> None:
     service function takes its scope, as for any method; the bound method leaves it
     out. The method is the service function's code itself: a call costs the same."""
     from hubstore import HubStore
-    from hubstore.services import limits
+    from hubstore.services.assigns import limits
 
     assert str(inspect.signature(HubStore.set_assign_limit)) == (
         "(self, key: 'str', max_running: 'int | None' = None, max_starts: 'int | None' = "

@@ -99,7 +99,7 @@ def test_sqlite_plans_use_the_indexes(tmp_path: Path) -> None:
     """The poll's branches and the claim run on their (partial) indexes, not table scans:
     the query repeats each partial index's predicate, so the planner can prove it."""
     from hubstore.dialects import dialect_for
-    from hubstore.services.claims import claim_statement
+    from hubstore.services.assigns.claims import claim_statement
     from hubstore.services.messages import many_topics_statement, poll_statement
 
     def plan(prepared: Prepared) -> str:

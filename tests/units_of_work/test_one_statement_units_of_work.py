@@ -15,7 +15,8 @@ from sqlalchemy import event, text
 
 from hubstore import HubStore, HubStoreError, ValidationError
 from hubstore.errors import ReadOnlyUnitOfWork
-from hubstore.services import agents, assigns
+from hubstore.services import agents
+from hubstore.services.assigns import creating as assigns
 from tests.helpers import FAST_S, driver_trace, engine_statements
 
 

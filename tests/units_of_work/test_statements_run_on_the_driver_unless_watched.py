@@ -109,7 +109,7 @@ def test_claim_and_finish_are_the_same_on_the_driver_and_through_the_layer(
 
 
 #: A job's row by id, and a whole row inserted (the store's own statements, as
-#: hubstore.services.assigns prepares them).
+#: hubstore.services.assigns.moves prepares them).
 JOBS = table_of(AssignJob)
 SELECT_JOB = Prepared(select(JOBS).where(JOBS.c.job_id == bindparam("p_job_id")), JOBS)
 INSERT_JOB = Prepared(insert(JOBS).values({c.name: bindparam(c.name) for c in JOBS.c}), JOBS)

@@ -36,7 +36,7 @@ from hubstore.errors import (
 from hubstore.ids import now_ms
 from hubstore.models import AssignJob
 from hubstore.operations import HubOperations, store_methods
-from hubstore.services.assigns import put_back_claim
+from hubstore.services.assigns.moves import put_back_claim
 from hubstore.types import AssignEvent
 from tests.factories import AgentFactory, AssignJobFactory
 from tests.helpers import present

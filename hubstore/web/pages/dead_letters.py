@@ -10,8 +10,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from hubstore.errors import HubStoreError
+from hubstore.services.console_reads import messages_by_id
 from hubstore.web.console import back, checked_form, console_of, failed, field, render
-from hubstore.web.queries import messages_by_id
 
 log = logging.getLogger("hubstore.web")
 SHOWN = 100

@@ -11,12 +11,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from hubstore import assign_rules as rules
 from hubstore.errors import HubStoreError, RetryExhausted, ValidationError
 from hubstore.ids import now_ms
 from hubstore.models import ASSIGN_STATUSES, AssignJob, AssignLimit
-from hubstore.services.assign_listing import job_waiting_reason
+from hubstore.services.assigns.listing import job_waiting_reason
+from hubstore.services.console_reads import JobFilters
 from hubstore.web.console import back, checked_form, console_of, failed, field, render, when
-from hubstore.web.queries import JobFilters
 
 log = logging.getLogger("hubstore.web")
 REQUESTED_BY = "console"
@@ -60,7 +61,7 @@ async def _list_context(request: Request) -> dict[str, Any]:
 
 def _why(job: AssignJob, limits: dict[str, AssignLimit], now: int) -> str:
     """Why a queued job is not taken yet, for people ('' when it is not queued)."""
-    if job.status != "queued":
+    if job.status != rules.CLAIMABLE:
         return ""
     at, why = job_waiting_reason(job, limits, now)
     if at is not None:
@@ -96,12 +97,12 @@ async def _job_context(request: Request) -> dict[str, Any] | None:
     limits = await store.get_assign_limits()
     now = now_ms()
     held = limits.get(job.limit_key) if job.limit_key is not None else None
-    retryable = job.status in ("failed", "timed_out")
+    retryable = job.status in rules.RETRYABLE
     return {"job": job, "messages": trace.messages, "waiting": _why(job, limits, now), "now": now,
             "limit": held.to_dict() if held is not None else None,
             "can_retry": retryable and job.retry_count < job.max_retries,
             "can_force": retryable and job.retry_count >= job.max_retries,
-            "can_cancel": job.status in ("queued", "running"),
+            "can_cancel": job.status in rules.ACTIVE,
             "trace_next_url": None if trace.next is None else here.include_query_params(
                 after=trace.next),
             "trace_first_url": None if cursor is None else here,

@@ -9,11 +9,11 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from hubstore.errors import HubStoreError
+from hubstore.services.console_reads import with_worker_depths
 from hubstore.validation import require_id
 from hubstore.web import stream as streams
 from hubstore.web.console import console_of, failed
 from hubstore.web.metrics import CONTENT_TYPE_LATEST, exposition, queue_ages
-from hubstore.web.queries import with_worker_depths
 
 _HEADERS = {"Cache-Control": "no-store", "X-Accel-Buffering": "no"}
 

@@ -10,8 +10,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from hubstore.ids import now_ms
+from hubstore.services.console_reads import with_worker_depths
 from hubstore.web.console import console_of, render
-from hubstore.web.queries import with_worker_depths
 
 
 async def _context(request: Request) -> dict[str, Any]:

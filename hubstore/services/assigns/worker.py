@@ -1,10 +1,10 @@
-"""A claimed job's life: its worker's heartbeat (touch), its safe report (finish), and
-cancellation.
+"""The worker's calls on a job it claimed: its heartbeat (touch), its safe report
+(finish), and cancellation.
 
 ``touch_assign`` and the routine case of ``finish_assign`` are one guarded statement
 each; ``cancel_assign`` locks the row and moves it as every move does
-(services/assigns.py). A cancelled job is terminal: never claimed, retried or reported
-again; its worker hears of it (AssignCancelled) at its next touch or report.
+(services/assigns/moves.py). A cancelled job is terminal: never claimed, retried or
+reported again; its worker hears of it (AssignCancelled) at its next touch or report.
 """
 
 from __future__ import annotations
@@ -19,8 +19,11 @@ from hubstore.execution import Prepared
 from hubstore.ids import now_ms
 from hubstore.models import AssignJob, table_of
 from hubstore.results import AssignOutcome
-from hubstore.services.assign_hub import fenced, notify_supervisor, report_assign_result
-from hubstore.services.assigns import NOW, get_assign, lock_job, move
+from hubstore.services.assigns.creating import get_assign
+from hubstore.services.assigns.handoffs import notify_supervisor
+from hubstore.services.assigns.moves import NOW, move
+from hubstore.services.assigns.reports import fenced, report_assign_result
+from hubstore.services.assigns.rows import lock_job
 from hubstore.services.base import const
 from hubstore.transaction import Scope
 from hubstore.validation import require_id, require_int, require_text
@@ -54,8 +57,8 @@ def touch_assign(scope: Scope, job_id: str, worker_agent: str, attempt: int,
     require_int(attempt, "attempt", minimum=1)
     if extend_ms is not None:
         require_int(extend_ms, "extend_ms", minimum=1, maximum=rules.MAX_TIMEOUT_MS)
-    with scope.one_statement() as uow:
-        job = _TOUCH.instance(uow, {"p_job_id": job_id, "p_worker": worker_agent,
+    with scope.one_statement() as tx:
+        job = _TOUCH.instance(tx, {"p_job_id": job_id, "p_worker": worker_agent,
                                     "p_attempt": attempt, "p_extend": extend_ms,
                                     "p_now": now_ms()}, AssignJob)
     if job is not None:
@@ -90,12 +93,12 @@ def cancel_assign(scope: Scope, job_id: str, reason: str | None = None
     require_id(job_id, "job_id")
     if reason is not None:
         require_text(reason, "reason")
-    with scope.transaction() as uow:
-        job = lock_job(uow, job_id)
+    with scope.transaction() as tx:
+        job = lock_job(tx, job_id)
         if job is None or job.status == "cancelled":
             return job
         why = {"reason": reason} if reason is not None else {}
-        job = move(uow, job, "cancelled", {"error": {**rules.CANCELLED_ERROR, **why}})
-        notify_supervisor(uow, job, "completed", completion_reason="cancelled", **why)
+        job = move(tx, job, "cancelled", {"error": {**rules.CANCELLED_ERROR, **why}})
+        notify_supervisor(tx, job, "completed", completion_reason="cancelled", **why)
         return job
 

@@ -2,7 +2,7 @@
 
 A limit bounds the jobs whose ``limit_key`` is its key: at most ``max_running`` running
 at once, at most ``max_starts`` started in any ``per_ms``. Claims start a job only when
-its key has room (services/claims.py). The running room is split in shares (revision
+its key has room (assigns/claims.py). The running room is split in shares (revision
 0017), each counting the jobs started in it, so that claims of one key lock different
 rows and run side by side; the key's releases are counted in a few rows of their own
 (so that finishing jobs never wait for a row claims lock), its recent start times in
@@ -85,19 +85,19 @@ def _checked(max_running: object, max_starts: object, per_ms: object
     return running, starts, window
 
 
-def _counted(uow: Transaction, key: str, max_starts: int | None, per_ms: int | None,
+def _counted(tx: Transaction, key: str, max_starts: int | None, per_ms: int | None,
              now: int) -> tuple[int, list[int]]:
     """The key's running jobs and recent start times, counted from its jobs (by the
     index on limited jobs), the jobs table held still meanwhile."""
-    hold = uow.sql.hold_still(_jobs)
+    hold = tx.sql.hold_still(_jobs)
     if hold is not None:
-        execute(uow, hold)
+        execute(tx, hold)
     c = _jobs.c
-    running = execute(uow, select(func.count()).where(
+    running = execute(tx, select(func.count()).where(
         c.limit_key == key, c.status == const("running"))).scalar_one()
     starts: list[int] = []
     if max_starts is not None and per_ms is not None:
-        starts = sorted(int(at) for at in execute(uow, select(c.started_at_ms).where(
+        starts = sorted(int(at) for at in execute(tx, select(c.started_at_ms).where(
             c.limit_key == key, c.started_at_ms > now - per_ms)).scalars())[-max_starts:]
     return int(running), starts
 
@@ -113,52 +113,52 @@ def set_assign_limit(scope: Scope, key: str, max_running: int | None = None,
     check_limit_key(key, "key")
     running_max, starts_max, window = _checked(max_running, max_starts, per_ms)
     now = now_ms()
-    with scope.transaction() as uow:
-        running, starts = _counted(uow, key, starts_max, window, now)
+    with scope.transaction() as tx:
+        running, starts = _counted(tx, key, starts_max, window, now)
         budgets = split_running_room(running_max, starts_max is not None, running,
-                                     uow.sql.release_stripes)
+                                     tx.sql.release_stripes)
         values = {"max_running": running_max, "max_starts": starts_max, "per_ms": window,
                   "shares": len(budgets), "starts_json": starts, "updated_at_ms": now}
-        stmt = (uow.sql.insert(_limits).values(key=key, created_at_ms=now, **values)
+        stmt = (tx.sql.insert(_limits).values(key=key, created_at_ms=now, **values)
                 .on_conflict_do_update(index_elements=[_limits.c.key], set_=values)
                 .returning(*_limits.c))
-        limit = from_row(AssignLimit, execute(uow, stmt).mappings().one())
+        limit = from_row(AssignLimit, execute(tx, stmt).mappings().one())
         # The shares anew: share 0 holds the running jobs. The releases start again
         # from 0; when the latest was is kept.
-        execute(uow, delete(_shares).where(_shares.c.key == key))
-        execute(uow, uow.sql.insert(_shares).values([
+        execute(tx, delete(_shares).where(_shares.c.key == key))
+        execute(tx, tx.sql.insert(_shares).values([
             {"key": key, "share": share, "budget": budget,
              "started": running if share == 0 else 0}
             for share, budget in enumerate(budgets)]))
-        execute(uow, update(_releases).where(_releases.c.key == key).values(released=0))
-        execute(uow, uow.sql.insert(_releases).values(
-            [{"key": key, "stripe": stripe} for stripe in range(uow.sql.release_stripes)])
+        execute(tx, update(_releases).where(_releases.c.key == key).values(released=0))
+        execute(tx, tx.sql.insert(_releases).values(
+            [{"key": key, "stripe": stripe} for stripe in range(tx.sql.release_stripes)])
             .on_conflict_do_nothing(index_elements=[_releases.c.key, _releases.c.stripe]))
-        _wake_waiters(uow, key)
+        _wake_waiters(tx, key)
         return limit.counted(running, 0)
 
 
-def _wake_waiters(uow: Transaction, key: str) -> None:
-    notice = uow.sql.room_notice(key)
+def _wake_waiters(tx: Transaction, key: str) -> None:
+    notice = tx.sql.room_notice(key)
     if notice is not None:
-        execute(uow, notice)
+        execute(tx, notice)
 
 
 def get_assign_limits(scope: Scope) -> dict[str, AssignLimit]:
     """Every limit by its key (in key order), each with its key's running count and
     start times as they are now (``limit.recent_starts(now)``, ``limit.to_dict()``)."""
-    with scope.one_read() as uow:
-        return read_limits(uow)
+    with scope.one_read() as tx:
+        return read_limits(tx)
 
 
-def read_limits(uow: Transaction) -> dict[str, AssignLimit]:
+def read_limits(tx: Transaction) -> dict[str, AssignLimit]:
     """Every limit by its key, its running count as its shares' starts less its
     releases."""
     released = (select(func.coalesce(func.sum(_releases.c.released), 0))
                 .where(_releases.c.key == _limits.c.key).scalar_subquery())
     started = (select(func.coalesce(func.sum(_shares.c.started), 0))
                .where(_shares.c.key == _limits.c.key).scalar_subquery())
-    rows = execute(uow, select(_limits, started.label("begun"), released.label("released"))
+    rows = execute(tx, select(_limits, started.label("begun"), released.label("released"))
                    .order_by(_limits.c.key)).mappings().all()
     limits: dict[str, AssignLimit] = {}
     for row in rows:
@@ -172,29 +172,25 @@ def remove_assign_limit(scope: Scope, key: str) -> bool:
     """Remove the limit of ``key`` (its jobs run unbounded from now on); True when there
     was one. Waiting claimers whose jobs it held look again."""
     check_limit_key(key, "key")
-    with scope.transaction() as uow:
-        execute(uow, delete(_releases).where(_releases.c.key == key))
-        execute(uow, delete(_shares).where(_shares.c.key == key))
-        removed = bool(execute(uow, delete(_limits).where(_limits.c.key == key)).rowcount)
+    with scope.transaction() as tx:
+        execute(tx, delete(_releases).where(_releases.c.key == key))
+        execute(tx, delete(_shares).where(_shares.c.key == key))
+        removed = bool(execute(tx, delete(_limits).where(_limits.c.key == key)).rowcount)
         if removed:
-            _wake_waiters(uow, key)
+            _wake_waiters(tx, key)
         return removed
 
 
-def full_limits(uow: Transaction, now: int) -> tuple[list[str], int | None]:
+def full_limits(tx: Transaction, now: int) -> tuple[list[str], int | None]:
     """The keys of the limits with no room at ``now`` (a claim would skip their jobs),
     and when the first of them that a rate holds has room again (None: none does; room
     under max_running comes back when a job ends, which wakes waiters itself)."""
     full: list[str] = []
     reopen: list[int] = []
-    for key, limit in read_limits(uow).items():
-        running_full = limit.max_running is not None and limit.running >= limit.max_running
-        recent = sorted(at for at in limit.starts or [] if isinstance(at, int)
-                        and limit.per_ms is not None and at > now - limit.per_ms)
-        rate_full = limit.max_starts is not None and len(recent) >= limit.max_starts
+    for key, limit in read_limits(tx).items():
+        running_full, rate_full, reopens_at = limit.fullness(now)
         if running_full or rate_full:
             full.append(key)
-        if rate_full and limit.max_starts is not None and limit.per_ms is not None:
-            # room when all but max_starts - 1 of the recent starts have left the window
-            reopen.append(recent[len(recent) - limit.max_starts] + limit.per_ms)
+        if reopens_at is not None:
+            reopen.append(reopens_at)
     return full, min(reopen) if reopen else None

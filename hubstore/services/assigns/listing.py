@@ -86,8 +86,8 @@ def list_assigns(scope: Scope, supervisor_agent: str | None = None,
     if wanted:
         stmt = stmt.where(_c.status.in_(wanted))
     stmt = stmt.order_by(*_ORDER).limit(clamp(limit, 50, 1, 100))
-    with scope.transaction(write=False) as uow:
-        return [from_row(AssignJob, row) for row in execute(uow, stmt).mappings()]
+    with scope.transaction(write=False) as tx:
+        return [from_row(AssignJob, row) for row in execute(tx, stmt).mappings()]
 
 
 def page_cursor(job: AssignJob) -> str:
@@ -135,8 +135,8 @@ def page_assigns(scope: Scope, supervisor_agent: str | None = None,
         merged = union_all(*(select(part) for part in parts)).subquery()
         query = (select(merged).order_by(merged.c.updated_at_ms.desc(),
                                          merged.c.job_id.desc()).limit(size + 1))
-    with scope.transaction(write=False) as uow:
-        rows = [from_row(AssignJob, row) for row in execute(uow, query).mappings()]
+    with scope.transaction(write=False) as tx:
+        rows = [from_row(AssignJob, row) for row in execute(tx, query).mappings()]
     jobs = rows[:size]
     return AssignPage(jobs, page_cursor(jobs[-1]) if len(rows) > size else None)
 
@@ -155,12 +155,13 @@ def waiting_reason(job: Mapping[str, Any], limits: Mapping[str, AssignLimit], no
     limit = limits.get(job["limit_key"] or "") if job["status"] == rules.CLAIMABLE else None
     if limit is None:
         return None, ""
-    if limit.max_running is not None and limit.running >= limit.max_running:
+    running_full, rate_full, _ = limit.fullness(now)
+    if running_full:
         return None, f"limit {limit.key}: {limit.running}/{limit.max_running} running"
-    recent = limit.recent_starts(now)
-    if limit.max_starts is not None and recent >= limit.max_starts:
+    if rate_full:
         window = rules.duration_text(limit.per_ms or 0)
-        return None, f"limit {limit.key}: {recent}/{limit.max_starts} starts in {window}"
+        return None, (f"limit {limit.key}: {limit.recent_starts(now)}/{limit.max_starts} "
+                      f"starts in {window}")
     return None, ""
 
 

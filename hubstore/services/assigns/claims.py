@@ -2,7 +2,7 @@
 
 A claim is one guarded statement (PostgreSQL: ``FOR UPDATE SKIP LOCKED``, one round
 trip in autocommit; SQLite: under the database write lock), so two claimers never get
-the same job. When this store's look for stalled jobs is due (services/timeouts.py),
+the same job. When this store's look for stalled jobs is due (assigns/rescue.py),
 the claim runs in a transaction that first takes them back, so a crashed worker's job
 is retried (or finished) without a sweeper of the application's own.
 """
@@ -14,18 +14,14 @@ from typing import Any
 
 from sqlalchemy import (
     CTE,
-    BigInteger,
     Integer,
     and_,
     bindparam,
     case,
     exists,
     func,
-    literal,
     or_,
     select,
-    true,
-    union_all,
     update,
 )
 
@@ -40,10 +36,11 @@ from hubstore.models import (
     AssignLimitShare,
     table_of,
 )
-from hubstore.services.assign_hub import batch_size
-from hubstore.services.assigns import NOW, announce, running_times
+from hubstore.services.assigns.batches import batch_size
+from hubstore.services.assigns.moves import NOW, running_times
+from hubstore.services.assigns.rescue import rescue_due, rescue_stalled
+from hubstore.services.assigns.rows import announce
 from hubstore.services.base import const
-from hubstore.services.timeouts import rescue_due, rescue_stalled
 from hubstore.transaction import Scope, Transaction
 from hubstore.validation import require_id
 
@@ -105,8 +102,9 @@ def claim_statement(sql: SqlDialect) -> Prepared:
     chosen: Any = select(picked.c.job_id, case((picked.c.limited.is_not(None), 0))
                          .label("share")).cte("chosen")  # (SQLite: a limit's one share)
     counted: CTE | None = None
-    if sql.row_locks:
-        slots, counted = _slots(sql, picked)
+    taken_room = sql.claim_slots(picked, _share_releases(), NOW)
+    if taken_room is not None:  # (where row locks serialize: PostgreSQL's statement)
+        slots, counted = taken_room
         taken = slots.c
         chosen = (select(picked.c.job_id, taken.share)
                   .select_from(picked.outerjoin(slots, and_(
@@ -132,92 +130,6 @@ def claim_statement(sql: SqlDialect) -> Prepared:
     if counted is not None:
         claim = claim.add_cte(counted)
     return Prepared(claim, _jobs)
-
-
-def _slots(sql: SqlDialect, picked: CTE) -> tuple[CTE, CTE]:
-    """Where row locks serialize: each share the claim took room from, of each key it
-    picked jobs of, and which of the key's picked jobs start in it (those whose rank in
-    claim order is above ``low`` and at most ``high``); a key whose room went since the
-    statement's snapshot has none. Second, the statement that counts the starts in the
-    shares of several (the statement must carry it)."""
-    wanted = (select(picked.c.limit_key, func.count().label("n"),
-                     func.max(picked.c.free).label("free"))
-              .where(picked.c.limited.is_not(None)).group_by(picked.c.limit_key)
-              .cte("wanted"))
-    want = wanted.c
-    released = _share_releases()
-    limit = _limits.alias("limit_of")
-    # A key with one share and no rate: the share counts the starts here, when it has
-    # room for every picked job (waiting for a claim that holds it).
-    one = released.alias("one_released")
-    shares = _shares.c
-    single = (
-        update(_shares)
-        .where(shares.key == want.limit_key, shares.share == 0, limit.c.key == shares.key,
-               limit.c.shares == 1, limit.c.max_starts.is_(None),
-               one.c.key == shares.key, one.c.share == 0,
-               or_(shares.budget.is_(None), shares.started - one.c.released + want.n
-                   <= shares.budget))
-        .values(started=shares.started + want.n)
-        .returning(shares.key, shares.share, literal(0, BigInteger).label("low"),
-                   want.n.label("high"))
-        .cte("single_share"))
-    # A key with a rate (it has one share): its row and its share locked, each with room
-    # for every picked job; the jobs name no share, and the trigger counts their starts
-    # and start times.
-    slot = _limits.alias("slot")
-    rated = sql.materialized(
-        select(slot.c.key)
-        .select_from(slot.join(wanted, slot.c.key == want.limit_key))
-        .where(slot.c.max_starts.is_not(None), sql.rate_room_for(slot, want.n, NOW))
-        .with_for_update(of=slot, key_share=True).cte("rated"))
-    held = _shares.alias("rated_share")
-    held_released = released.alias("rated_released")
-    rated_share = sql.materialized(
-        select(held.c.key, literal(None, Integer).label("share"),
-               literal(0, BigInteger).label("low"), want.n.label("high"))
-        .select_from(held.join(wanted, held.c.key == want.limit_key)
-                     .join(limit, limit.c.key == held.c.key)
-                     .join(held_released, and_(held_released.c.key == held.c.key,
-                                               held_released.c.share == held.c.share)))
-        .where(held.c.share == 0, limit.c.max_starts.is_not(None),
-               held.c.key.in_(select(rated.c.key)),
-               or_(held.c.budget.is_(None),
-                   held.c.started - held_released.c.released + want.n <= held.c.budget))
-        .with_for_update(of=held, key_share=True).cte("rated_share"))
-    # Several shares: as many with room as the picked jobs need by the snapshot's room
-    # (one, far from the limit), skipping those other claims hold (each backend tries
-    # them from a place of its own); the picked jobs fill them in turn, none beyond the
-    # room it has, and each counts those it takes.
-    each = _shares.alias("each_share")
-    each_released = released.alias("each_released")
-    spare = each.c.budget - (each.c.started - each_released.c.released)
-    needed = func.least(limit.c.shares, (want.n * limit.c.shares + want.free - 1)
-                        // func.greatest(want.free, 1))
-    pick = (select(each.c.share, spare.label("room"))
-            .select_from(each.join(each_released, and_(
-                each_released.c.key == each.c.key, each_released.c.share == each.c.share)))
-            .where(each.c.key == want.limit_key, spare >= 1)
-            .order_by((each.c.share + func.pg_backend_pid()) % limit.c.shares)
-            .limit(needed).with_for_update(of=each, key_share=True, skip_locked=True)
-            .lateral("pick"))
-    high = func.sum(pick.c.room).over(partition_by=want.limit_key, order_by=pick.c.share)
-    several = sql.materialized(
-        select(want.limit_key.label("key"), pick.c.share, (high - pick.c.room).label("low"),
-               high.label("high"), want.n)
-        .select_from(wanted.join(limit, limit.c.key == want.limit_key).join(pick, true()))
-        .where(limit.c.shares > 1).cte("several_shares"))
-    taken = func.least(several.c.high, several.c.n) - several.c.low
-    counted = (update(_shares)
-               .where(shares.key == several.c.key, shares.share == several.c.share,
-                      taken > 0)
-               .values(started=shares.started + taken).cte("several_counted"))
-    both = union_all(
-        select(single.c.key, single.c.share, single.c.low, single.c.high),
-        select(rated_share.c.key, rated_share.c.share, rated_share.c.low,
-               rated_share.c.high),
-        select(several.c.key, several.c.share, several.c.low, several.c.high))
-    return both.cte("slots"), counted
 
 
 @functools.cache
@@ -274,15 +186,15 @@ def _claim_order(job: AssignJob) -> tuple[int, int, str]:
     return (-job.priority, job.created_at_ms, job.job_id)
 
 
-def _claimed(uow: Transaction, worker_agent: str, limit: int | None, now: int
+def _claimed(tx: Transaction, worker_agent: str, limit: int | None, now: int
              ) -> list[AssignJob]:
     """Claim the worker's next job (``limit`` None) or up to ``limit`` of them, in
     claim order, their listeners told after the commit."""
     params = {"p_worker": worker_agent, "p_now": now, "p_limit": limit or 1}
-    statement = claim_statement(uow.sql)
-    jobs = sorted(statement.instances(uow, params, AssignJob), key=_claim_order)
+    statement = claim_statement(tx.sql)
+    jobs = sorted(statement.instances(tx, params, AssignJob), key=_claim_order)
     for job in jobs:
-        announce(uow, job)
+        announce(tx, job)
     return jobs
 
 
@@ -291,11 +203,11 @@ def _claim(scope: Scope, worker_agent: str, limit: int | None) -> list[AssignJob
     (one transaction), else alone (one statement: one round trip in autocommit)."""
     now = now_ms()
     if rescue_due(scope.db, now):
-        with scope.transaction() as uow:
-            rescue_stalled(uow, now)
-            return _claimed(uow, worker_agent, limit, now)
-    with scope.one_statement() as uow:
-        return _claimed(uow, worker_agent, limit, now)
+        with scope.transaction() as tx:
+            rescue_stalled(tx, now)
+            return _claimed(tx, worker_agent, limit, now)
+    with scope.one_statement() as tx:
+        return _claimed(tx, worker_agent, limit, now)
 
 
 #: A due job of the worker that no full limit holds: where claimers run side by side,
@@ -311,8 +223,8 @@ _CLAIMABLE = Prepared(
 
 def claimable(scope: Scope, worker_agent: str, full: list[str]) -> bool:
     """Whether the worker has a due queued job whose key is not one of ``full``."""
-    with scope.one_read() as uow:
-        return _CLAIMABLE.first(uow, {"p_worker": worker_agent, "p_now": now_ms(),
+    with scope.one_read() as tx:
+        return _CLAIMABLE.first(tx, {"p_worker": worker_agent, "p_now": now_ms(),
                                       "p_full": full}) is not None
 
 
@@ -351,6 +263,6 @@ def next_due_ms(scope: Scope, worker_agent: str) -> int | None:
     not_before_ms, or its retry's back-off, ends), or None when it has none: how long a
     waiter may sleep without missing it."""
     require_id(worker_agent, "worker_agent")
-    with scope.one_read() as uow:
-        found = _NEXT_DUE.first(uow, {"p_worker": worker_agent, "p_now": now_ms()})
+    with scope.one_read() as tx:
+        found = _NEXT_DUE.first(tx, {"p_worker": worker_agent, "p_now": now_ms()})
     return None if found is None or found["due"] is None else int(found["due"])

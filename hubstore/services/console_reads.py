@@ -9,7 +9,7 @@
   (revision 0015's counts), in one reading.
 - :func:`messages_by_id`: the messages of a page of dead letters.
 
-They run in a read-only unit of work of the sync store (the console calls them on the
+They run in a read-only transaction of the sync store (the console calls them on the
 async store's lanes, off the event loop).
 """
 
@@ -20,19 +20,19 @@ from typing import Any
 
 from sqlalchemy import Select, func, literal, select, union_all
 
+from hubstore import assign_rules as rules
 from hubstore.execution import execute, from_row
 from hubstore.ids import now_ms
 from hubstore.models import ASSIGN_STATUSES, Agent, AssignJob, HumanRequest, Message, table_of
 from hubstore.services.stats import counts, jobs_by_worker
-from hubstore.store import HubStore
-from hubstore.transaction import Transaction
+from hubstore.transaction import Scope, Transaction
 
 _jobs = table_of(AssignJob)
 _messages = table_of(Message)
 _agents = table_of(Agent)
 _humans = table_of(HumanRequest)
 #: The statuses a job ends in (those a "finished" count reads).
-TERMINAL = tuple(s for s in ASSIGN_STATUSES if s not in ("queued", "running"))
+TERMINAL = tuple(s for s in ASSIGN_STATUSES if s in rules.TERMINAL)
 #: Workers the overview lists at most (those with the most queued jobs).
 MAX_WORKERS = 50
 WINDOW_MS = 60_000
@@ -75,29 +75,29 @@ def finished_since(since: int) -> Select[Any]:
             .where(_jobs.c.status.in_(TERMINAL), _jobs.c.updated_at_ms >= since))
 
 
-def read_snapshot(uow: Transaction) -> Snapshot:
-    """The :class:`Snapshot` in ``uow``."""
-    figures = counts(uow)
-    agents = {str(s): int(n) for s, n in execute(uow, AGENTS_BY_STATUS)}
-    pending = int(execute(uow, PENDING).scalar_one())
-    finished = int(execute(uow, finished_since(now_ms() - WINDOW_MS)).scalar_one())
-    latest = {str(s): (None if u is None else int(u)) for s, u in execute(uow, LATEST)}
+def read_snapshot(tx: Transaction) -> Snapshot:
+    """The :class:`Snapshot` in ``tx``."""
+    figures = counts(tx)
+    agents = {str(s): int(n) for s, n in execute(tx, AGENTS_BY_STATUS)}
+    pending = int(execute(tx, PENDING).scalar_one())
+    finished = int(execute(tx, finished_since(now_ms() - WINDOW_MS)).scalar_one())
+    latest = {str(s): (None if u is None else int(u)) for s, u in execute(tx, LATEST)}
     return Snapshot(figures, agents, pending, finished,
                     tuple((s, latest.get(s)) for s in ASSIGN_STATUSES))
 
 
-def snapshot(store: HubStore) -> Snapshot:
-    """The :class:`Snapshot`, in a read-only unit of work of its own."""
-    with store.transaction(write=False) as uow:
-        return read_snapshot(uow)
+def snapshot(scope: Scope) -> Snapshot:
+    """The :class:`Snapshot`, in a read-only transaction of its own."""
+    with scope.transaction(write=False) as tx:
+        return read_snapshot(tx)
 
 
-def with_worker_depths(store: HubStore) -> tuple[Snapshot, list[tuple[str, int, int]]]:
+def with_worker_depths(scope: Scope) -> tuple[Snapshot, list[tuple[str, int, int]]]:
     """The :class:`Snapshot` and (worker, queued, running) for the workers with the most
     queued jobs (revision 0015's trigger-kept counts: no job is read), in one read-only
-    unit of work: one reading of the hub, what the overview and /metrics show."""
-    with store.transaction(write=False) as uow:
-        return read_snapshot(uow), jobs_by_worker(uow, MAX_WORKERS)
+    transaction: one reading of the hub, what the overview and /metrics show."""
+    with scope.transaction(write=False) as tx:
+        return read_snapshot(tx), jobs_by_worker(tx, MAX_WORKERS)
 
 
 @dataclass(frozen=True)
@@ -119,10 +119,10 @@ class JobFilters:
         return {k: v or None for k, v in vars(self).items()}
 
 
-def messages_by_id(store: HubStore, ids: list[str]) -> dict[str, Message]:
+def messages_by_id(scope: Scope, ids: list[str]) -> dict[str, Message]:
     """The messages with these ids (primary-key lookups, one statement)."""
     if not ids:
         return {}
-    with store.transaction(write=False) as uow:
-        rows = execute(uow, select(_messages).where(_messages.c.id.in_(ids))).mappings()
+    with scope.transaction(write=False) as tx:
+        rows = execute(tx, select(_messages).where(_messages.c.id.in_(ids))).mappings()
         return {str(row["id"]): from_row(Message, row) for row in rows}

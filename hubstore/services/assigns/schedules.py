@@ -15,7 +15,7 @@ Cron expressions have five fields (no seconds: six are refused), read by cronite
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Unpack, cast
 
 from croniter import croniter
 from sqlalchemy import delete, select, update
@@ -24,11 +24,11 @@ from hubstore.errors import HubStoreError, ValidationError
 from hubstore.execution import execute, from_row
 from hubstore.ids import now_ms
 from hubstore.models import AssignJob, AssignSchedule, table_of
-from hubstore.services.assign_hub import assign_rows, check_fields
-from hubstore.services.assigns import new_job
+from hubstore.services.assigns.creating import assign_rows, check_fields, new_job
+from hubstore.services.assigns.limits import check_limit_key
 from hubstore.services.base import resolve_now
-from hubstore.services.limits import check_limit_key
 from hubstore.transaction import Scope
+from hubstore.types import NewAssign
 from hubstore.validation import (
     MAX_DURATION_MS,
     json_value,
@@ -75,7 +75,7 @@ def latest_tick(cron: str | None, every_ms: int | None, due: int, now: int) -> i
 
 def set_assign_schedule(scope: Scope, name: str, supervisor_agent: str, worker_agent: str,
                         *, cron: str | None = None, every_ms: int | None = None,
-                        **job: Any) -> AssignSchedule:
+                        **job: Unpack[NewAssign]) -> AssignSchedule:
     """Queue an assign from ``supervisor_agent`` to ``worker_agent`` at every tick of
     ``cron`` (a cron expression, UTC) or every ``every_ms`` milliseconds (exactly one
     of the two); ``job`` holds assign_async's keyword arguments for each job (task,
@@ -94,31 +94,31 @@ def set_assign_schedule(scope: Scope, name: str, supervisor_agent: str, worker_a
         if fixed in job:
             raise ValidationError(f"a schedule's job cannot name {fixed}: each tick makes "
                                   "a new job, queued then")
-    new_job(supervisor_agent, worker_agent, **job)  # every field checked now
+    new_job(supervisor_agent, worker_agent, job)  # every field checked now
     json_value(job, "job")
     now = now_ms()
     values = {"cron": rule, "every_ms": interval, "supervisor_agent": supervisor_agent,
               "worker_agent": worker_agent, "job_json": job,
               "next_due_ms": next_tick(rule, interval, now), "updated_at_ms": now}
-    with scope.transaction() as uow:
-        stmt = (uow.sql.insert(_schedules).values(name=name, created_at_ms=now, **values)
+    with scope.transaction() as tx:
+        stmt = (tx.sql.insert(_schedules).values(name=name, created_at_ms=now, **values)
                 .on_conflict_do_update(index_elements=[_schedules.c.name], set_=values)
                 .returning(*_schedules.c))
-        return from_row(AssignSchedule, execute(uow, stmt).mappings().one())
+        return from_row(AssignSchedule, execute(tx, stmt).mappings().one())
 
 
 def get_assign_schedules(scope: Scope) -> dict[str, AssignSchedule]:
     """Every schedule by its name (in name order)."""
-    with scope.one_read() as uow:
-        rows = execute(uow, select(_schedules).order_by(_schedules.c.name)).mappings().all()
+    with scope.one_read() as tx:
+        rows = execute(tx, select(_schedules).order_by(_schedules.c.name)).mappings().all()
     return {str(row["name"]): from_row(AssignSchedule, row) for row in rows}
 
 
 def remove_assign_schedule(scope: Scope, name: str) -> bool:
     """Remove the schedule ``name`` (jobs it queued stay); True when there was one."""
     check_limit_key(name, "name")
-    with scope.one_statement() as uow:
-        return bool(execute(uow, delete(_schedules).where(_schedules.c.name == name)).rowcount)
+    with scope.one_statement() as tx:
+        return bool(execute(tx, delete(_schedules).where(_schedules.c.name == name)).rowcount)
 
 
 def run_due_schedules(scope: Scope, now_ms: int | None = None) -> list[AssignJob]:
@@ -131,13 +131,14 @@ def run_due_schedules(scope: Scope, now_ms: int | None = None) -> list[AssignJob
     due = (select(_schedules).where(c.next_due_ms <= now).order_by(c.next_due_ms, c.name)
            .limit(RUN_BATCH).with_for_update(skip_locked=True))
     queued: list[AssignJob] = []
-    with scope.transaction() as uow:
-        for row in execute(uow, due).mappings().all():
+    with scope.transaction() as tx:
+        for row in execute(tx, due).mappings().all():
             schedule = from_row(AssignSchedule, row)
             tick = latest_tick(schedule.cron, schedule.every_ms, schedule.next_due_ms, now)
-            [job] = assign_rows(uow, [new_job(schedule.supervisor_agent,
-                                              schedule.worker_agent, **schedule.job)])
-            moved = execute(uow, update(_schedules).where(
+            [job] = assign_rows(tx, [new_job(schedule.supervisor_agent,
+                                              schedule.worker_agent,
+                                              cast(NewAssign, schedule.job))])
+            moved = execute(tx, update(_schedules).where(
                 c.name == schedule.name, c.next_due_ms == schedule.next_due_ms).values(
                 next_due_ms=next_tick(schedule.cron, schedule.every_ms, now),
                 last_due_ms=tick, last_job_id=job.job_id, updated_at_ms=now))

@@ -21,8 +21,8 @@ from hubstore import assign_rules as rules
 from hubstore.database import Database
 from hubstore.execution import Prepared, execute, from_row
 from hubstore.models import AssignJob, table_of
-from hubstore.services.assign_hub import finish
-from hubstore.services.assigns import in_sources
+from hubstore.services.assigns.moves import in_sources
+from hubstore.services.assigns.reports import finish
 from hubstore.services.base import const, resolve_now
 from hubstore.transaction import Scope, Transaction
 
@@ -40,7 +40,7 @@ _EARLIEST_DEADLINE = Prepared(
     .order_by(_c.deadline_ms).limit(1))
 
 
-def time_out_due(uow: Transaction, now: int, limit: int = SWEEP_BATCH) -> tuple[int, int]:
+def time_out_due(tx: Transaction, now: int, limit: int = SWEEP_BATCH) -> tuple[int, int]:
     """Time out up to ``limit`` queued or running jobs whose deadline is at or before
     ``now`` (the most recently updated first), retrying those with retries left; the
     numbers timed out and retried. The due rows are read once (on PostgreSQL locked,
@@ -53,10 +53,10 @@ def time_out_due(uow: Transaction, now: int, limit: int = SWEEP_BATCH) -> tuple[
            .limit(limit)
            .with_for_update(skip_locked=True))
     timed_out = retried = 0
-    for row in execute(uow, due).mappings().all():
+    for row in execute(tx, due).mappings().all():
         job = from_row(AssignJob, row)
         error = rules.TIMED_OUT_ERROR if job.error is None else job.error
-        outcome = finish(uow, job, "timed_out", {"error": error}, "sweeper", now,
+        outcome = finish(tx, job, "timed_out", {"error": error}, "sweeper", now,
                          completion_reason="timed_out")
         timed_out += 1
         retried += outcome.event == "retry_scheduled"
@@ -70,14 +70,14 @@ def sweep_timed_out_assigns(scope: Scope, now_ms: int | None = None) -> dict[str
     jobs, the most recently updated first; a job retried here is not swept again by the
     same call (the due jobs are chosen once, up front)."""
     now = resolve_now(now_ms)
-    with scope.transaction() as uow:
-        timed_out, retried = time_out_due(uow, now)
+    with scope.transaction() as tx:
+        timed_out, retried = time_out_due(tx, now)
     return {"timed_out": timed_out, "retried": retried}
 
 
-def earliest_deadline(uow: Transaction) -> int | None:
+def earliest_deadline(tx: Transaction) -> int | None:
     """The earliest deadline of a queued or running job, or None."""
-    row = _EARLIEST_DEADLINE.first(uow, {})
+    row = _EARLIEST_DEADLINE.first(tx, {})
     return None if row is None else int(row["deadline_ms"])
 
 
@@ -86,37 +86,37 @@ def rescue_due(db: Database, now: int) -> bool:
     return now >= db.rescue_at_ms
 
 
-def rescue_stalled(uow: Transaction, now: int) -> int:
-    """Time out the jobs whose deadline passed (SWEEP_BATCH at most), in ``uow``; the
+def rescue_stalled(tx: Transaction, now: int) -> int:
+    """Time out the jobs whose deadline passed (SWEEP_BATCH at most), in ``tx``; the
     number timed out. Then note when the store's next look is due: at once when a batch
     was full, else at the earliest deadline left or after RESCUE_INTERVAL_MS, whichever
     comes first (another process may make a job with an earlier deadline meanwhile)."""
-    earliest = earliest_deadline(uow)
+    earliest = earliest_deadline(tx)
     timed_out = 0
     if earliest is not None and earliest <= now:
-        timed_out, _ = time_out_due(uow, now)
-        earliest = earliest_deadline(uow)
+        timed_out, _ = time_out_due(tx, now)
+        earliest = earliest_deadline(tx)
     later = now + RESCUE_INTERVAL_MS
     if timed_out == SWEEP_BATCH:  # more may be due: the next claim looks again
-        uow.db.rescue_at_ms = now
+        tx.db.rescue_at_ms = now
     elif earliest is None or earliest <= now:  # (still due: skipped, its row locked)
-        uow.db.rescue_at_ms = later
+        tx.db.rescue_at_ms = later
     else:
-        uow.db.rescue_at_ms = min(later, earliest)
+        tx.db.rescue_at_ms = min(later, earliest)
     return timed_out
 
 
 def take_back_stalled(scope: Scope, now: int) -> int:
-    """The stalled jobs taken back now, in a unit of work of their own (or the open
+    """The stalled jobs taken back now, in a transaction of their own (or the open
     one), when this store's look is due (else nothing); the number timed out."""
     if not rescue_due(scope.db, now):
         return 0
-    with scope.transaction() as uow:
-        return rescue_stalled(uow, now)
+    with scope.transaction() as tx:
+        return rescue_stalled(tx, now)
 
 
-def next_rescue_ms(uow: Transaction) -> int | None:
+def next_rescue_ms(tx: Transaction) -> int | None:
     """When a waiting claimer should look again for stalled jobs: the earliest active
     deadline, but not before this store's next look is due; None when no job has one."""
-    earliest = earliest_deadline(uow)
-    return None if earliest is None else max(earliest, uow.db.rescue_at_ms)
+    earliest = earliest_deadline(tx)
+    return None if earliest is None else max(earliest, tx.db.rescue_at_ms)
