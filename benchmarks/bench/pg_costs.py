@@ -20,6 +20,7 @@ their timed sections.
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -41,12 +42,17 @@ def hold_wal(admin: Any, slot: str) -> None:
     """Keep the server's WAL from now on until :func:`release_wal` (a physical
     replication slot that reserves it): on a busy server the phase's segments would
     otherwise be recycled before they are read."""
-    admin.execute("SELECT pg_create_physical_replication_slot(%s, true)", (slot,))
+    admin.execute("SELECT pg_create_physical_replication_slot(%s, true)", (slot_name(slot),))
 
 
 def release_wal(admin: Any, slot: str) -> None:
     admin.execute("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
-                  "WHERE slot_name = %s", (slot,))
+                  "WHERE slot_name = %s", (slot_name(slot),))
+
+
+def slot_name(database: str) -> str:
+    """A replication slot's name for ``database`` (lower case letters, digits, _)."""
+    return re.sub(r"[^a-z0-9_]", "_", database.lower())
 
 
 def backend_pids(admin: Any, database: str) -> list[int]:
