@@ -479,7 +479,8 @@ def table(args: argparse.Namespace, systems: dict[str, dict[str, Any]],
              format_table(cost_head, cost_body), "",
              "(rows: inserted + updated + deleted, pg_stat_user_tables; index entries: "
              "btree leaf insertions and WAL B: bytes of the WAL records that touch the "
-             "database's relations, pg_walinspect, commit records left out; trigger "
+             "database's relations, pg_walinspect, commit records and full-page images "
+             "(which follow the server's checkpoints) left out, the images apart; trigger "
              "calls: pg_stat_user_functions, track_functions=pl; tuples read: "
              "pg_stat_database.tup_fetched; CPU: the database's backends (/proc) and the "
              "clients' process_time, over the timed phase)", "",
