@@ -12,6 +12,10 @@ entries as before):
   created_at_ms, job_id) holds the queued jobs with one: a claim finds the worker's
   keys one look each and reads the next jobs of the keys with room only.
 
+A third, ``ix_assign_jobs_scheduled`` (worker_agent, not_before_ms) over the queued jobs
+with a start time (only those write an entry to it), tells a waiting claimer when its
+next scheduled job is due without reading every queued job of its worker.
+
 SQLite keeps its claim index as it was (its claim runs under the write lock and the
 reference's files stay as they are). Downgrade: the claim index of revision 0012 again.
 
@@ -37,6 +41,7 @@ KEYED_COLUMNS: list[str | sa.TextClause] = [
 QUEUED = "status = 'queued'"
 FREE = "status = 'queued' AND limit_key IS NULL"
 KEYED = "status = 'queued' AND limit_key IS NOT NULL"
+SCHEDULED = "status = 'queued' AND not_before_ms IS NOT NULL"
 
 
 def _claim_index(where: str) -> None:
@@ -50,6 +55,8 @@ def upgrade() -> None:
         return
     op.create_index("ix_assign_jobs_claim_keyed", "assign_jobs", KEYED_COLUMNS,
                     postgresql_where=sa.text(KEYED))
+    op.create_index("ix_assign_jobs_scheduled", "assign_jobs",
+                    ["worker_agent", "not_before_ms"], postgresql_where=sa.text(SCHEDULED))
     _claim_index(FREE)
 
 
@@ -57,4 +64,5 @@ def downgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return
     _claim_index(QUEUED)
+    op.drop_index("ix_assign_jobs_scheduled", table_name="assign_jobs")
     op.drop_index("ix_assign_jobs_claim_keyed", table_name="assign_jobs")

@@ -186,6 +186,21 @@ def plain_claim_statement() -> Prepared:
     return Prepared(rows, _jobs)
 
 
+def _queued_keys() -> CTE:
+    """The limit keys of the worker's due queued jobs, in order, by a skip scan of
+    revision 0019's index of keyed jobs (one look per key, however many jobs it has);
+    its last row is NULL."""
+    k = _jobs.alias("key_of")
+    first = (select(func.min(k.c.limit_key).label("key"))
+             .where(*_queued(k.c), k.c.limit_key.is_not(None)))
+    keys = first.cte("queued_keys", recursive=True)
+    later = _jobs.alias("later_key")
+    following = (select(func.min(later.c.limit_key))
+                 .where(*_queued(later.c), later.c.limit_key.is_not(None),
+                        later.c.limit_key > keys.c.key).scalar_subquery())
+    return keys.union_all(select(following.label("key")).where(keys.c.key.is_not(None)))
+
+
 @functools.cache
 def keyed_claim_statement(sql: SqlDialect) -> Prepared:
     """PostgreSQL: claim_statement, with its candidates found without reading the jobs
@@ -200,15 +215,7 @@ def keyed_claim_statement(sql: SqlDialect) -> Prepared:
         select(_c.job_id, _c.limit_key, _c.priority, _c.created_at_ms)
         .where(*_queued(), _c.limit_key.is_(None)).order_by(*order).limit(p_limit)
         .with_for_update(of=_jobs, skip_locked=True).cte("free_jobs"))
-    k = _jobs.alias("key_of")
-    first = (select(func.min(k.c.limit_key).label("key"))
-             .where(*_queued(k.c), k.c.limit_key.is_not(None)))
-    keys = first.cte("queued_keys", recursive=True)
-    later = _jobs.alias("later_key")
-    following = (select(func.min(later.c.limit_key))
-                 .where(*_queued(later.c), later.c.limit_key.is_not(None),
-                        later.c.limit_key > keys.c.key).scalar_subquery())
-    keys = keys.union_all(select(following.label("key")).where(keys.c.key.is_not(None)))
+    keys = _queued_keys()
     open_keys = (select(keys.c.key, rooms.c.free)
                  .select_from(keys.outerjoin(rooms, rooms.c.key == keys.c.key))
                  .where(keys.c.key.is_not(None), or_(rooms.c.free.is_(None), rooms.c.free >= 1))
@@ -447,12 +454,15 @@ _CLAIMABLE = Prepared(
     .limit(1))
 
 
-#: PostgreSQL (revision 0019): the same, each half of the queued jobs by its own index.
+#: PostgreSQL (revision 0019): the same, each half of the queued jobs by its own index,
+#: the keyed half one look per key (the jobs of full keys are not read).
+_PG_QUEUED_KEYS = _queued_keys()
 _PG_CLAIMABLE = Prepared(union_all(
     select(_c.job_id).where(*_queued(), _c.limit_key.is_(None)).limit(1),
-    select(_c.job_id).where(*_queued(), _c.limit_key.is_not(None),
-                            _c.limit_key.not_in(bindparam("p_full", expanding=True)))
-    .limit(1)).limit(1))
+    select(_PG_QUEUED_KEYS.c.key).where(
+        _PG_QUEUED_KEYS.c.key.is_not(None),
+        _PG_QUEUED_KEYS.c.key.not_in(bindparam("p_full", expanding=True))).limit(1)
+).limit(1))
 
 
 def claimable(scope: Scope, worker_agent: str, full: list[str]) -> bool:
@@ -493,12 +503,12 @@ _NEXT_DUE = Prepared(
            _c.not_before_ms > NOW))
 
 
-#: PostgreSQL (revision 0019): the same, each half of the queued jobs by its own index.
-_PG_NEXT_DUE = Prepared(select(func.least(*(
-    select(func.min(_c.not_before_ms))
+#: PostgreSQL (revision 0019): the same by the index of scheduled queued jobs (those
+#: with a not_before_ms), not by reading every queued job of the worker.
+_PG_NEXT_DUE = Prepared(
+    select(func.min(_c.not_before_ms).label("due"))
     .where(_c.worker_agent == bindparam("p_worker"), _c.status == const(rules.CLAIMABLE),
-           keyed, _c.not_before_ms > NOW).scalar_subquery()
-    for keyed in (_c.limit_key.is_(None), _c.limit_key.is_not(None)))).label("due")))
+           _c.not_before_ms.is_not(None), _c.not_before_ms > NOW))
 
 
 def next_due_ms(scope: Scope, worker_agent: str) -> int | None:

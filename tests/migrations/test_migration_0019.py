@@ -12,6 +12,7 @@ from hubstore import HubStore, migrations
 
 CLAIM = "ix_assign_jobs_claim"
 KEYED = "ix_assign_jobs_claim_keyed"
+SCHEDULED = "ix_assign_jobs_scheduled"
 
 
 def claim_indexes(url: URL) -> dict[str, str]:
@@ -24,7 +25,7 @@ def claim_indexes(url: URL) -> dict[str, str]:
         engine.dispose()
     return {ix["name"]: str(ix.get("dialect_options", {}).get(
                 "postgresql_where", ix.get("dialect_options", {}).get("sqlite_where", "")))
-            for ix in found if ix["name"] in (CLAIM, KEYED)}
+            for ix in found if ix["name"] in (CLAIM, KEYED, SCHEDULED)}
 
 
 def test_down_to_0017_and_up_again(db_url: URL, backend: str) -> None:
@@ -39,7 +40,7 @@ def test_down_to_0017_and_up_again(db_url: URL, backend: str) -> None:
     postgresql = backend == "postgresql"
     up = claim_indexes(db_url)
     if postgresql:
-        assert set(up) == {CLAIM, KEYED}
+        assert set(up) == {CLAIM, KEYED, SCHEDULED}
         assert "limit_key IS NULL" in up[CLAIM] and "limit_key IS NOT NULL" in up[KEYED]
     else:
         assert set(up) == {CLAIM}
