@@ -190,14 +190,17 @@ def _queued_keys() -> CTE:
     """The limit keys of the worker's due queued jobs, in order, by a skip scan of
     revision 0019's index of keyed jobs (one look per key, however many jobs it has);
     its last row is NULL."""
+    # (each look an ORDER BY ... LIMIT 1, not min(): the planner turns min() into one
+    # only when its statistics say so, and reads every keyed job otherwise)
     k = _jobs.alias("key_of")
-    first = (select(func.min(k.c.limit_key).label("key"))
-             .where(*_queued(k.c), k.c.limit_key.is_not(None)))
-    keys = first.cte("queued_keys", recursive=True)
+    first = (select(k.c.limit_key).where(*_queued(k.c), k.c.limit_key.is_not(None))
+             .order_by(k.c.limit_key).limit(1).scalar_subquery())
+    keys = select(first.label("key")).cte("queued_keys", recursive=True)
     later = _jobs.alias("later_key")
-    following = (select(func.min(later.c.limit_key))
+    following = (select(later.c.limit_key)
                  .where(*_queued(later.c), later.c.limit_key.is_not(None),
-                        later.c.limit_key > keys.c.key).scalar_subquery())
+                        later.c.limit_key > keys.c.key)
+                 .order_by(later.c.limit_key).limit(1).scalar_subquery())
     return keys.union_all(select(following.label("key")).where(keys.c.key.is_not(None)))
 
 
