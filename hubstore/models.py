@@ -573,9 +573,12 @@ Index("ix_messages_topic_feed", Message.topic, Message.created_at_ms, Message.id
       sqlite_where=_TOPIC_FEED, postgresql_where=_TOPIC_FEED)
 Index("ix_messages_acked_created", Message.created_at_ms,
       sqlite_where=_ACKED, postgresql_where=_ACKED)
+# PostgreSQL (revision 0019): the queued jobs without a limit key only; those with one
+# are in ix_assign_jobs_claim_keyed, which the migrations own (the claim reads each key
+# with room apart, services/claims.py).
 Index("ix_assign_jobs_claim", AssignJob.worker_agent, AssignJob.priority.desc(),
       AssignJob.created_at_ms, AssignJob.job_id,
-      sqlite_where=_QUEUED, postgresql_where=_QUEUED)
+      sqlite_where=_QUEUED, postgresql_where=text("status = 'queued' AND limit_key IS NULL"))
 
 metadata = Base.metadata
 

@@ -45,26 +45,38 @@ HUBSTORE_BATCH_CALLS = ("assign_many", "claim_next_assigns", "report_assign_resu
 class Clock:
     """One process's timed section: ``start()`` once connected (in a worker it first
     says it is ready and waits for the parent's start signal), ``stop()`` when its last
-    job is done, before it disconnects."""
+    job is done, before it disconnects. With ``stopped`` and ``release``, ``stop()``
+    then says so and holds the process (and its connections) until the parent has read
+    the server's CPU of the phase."""
 
-    def __init__(self, ready: Any = None, go: Any = None) -> None:
+    def __init__(self, ready: Any = None, go: Any = None, stopped: Any = None,
+                 release: Any = None) -> None:
         self.ready, self.go = ready, go
+        self.stopped, self.release = stopped, release
         self.signalled = False
-        self.t0 = self.t1 = 0.0
+        self.t0 = self.t1 = self.c0 = self.c1 = 0.0
 
     def start(self) -> None:
         if self.ready is not None:
             self.ready.release()
             self.signalled = True
             self.go.wait()
-        self.t0 = time.perf_counter()
+        self.t0, self.c0 = time.perf_counter(), time.process_time()
 
     def stop(self) -> None:
-        self.t1 = time.perf_counter()
+        self.t1, self.c1 = time.perf_counter(), time.process_time()
+        if self.stopped is not None:
+            self.stopped.release()
+            self.release.wait(120)
 
     @property
     def seconds(self) -> float:
         return self.t1 - self.t0
+
+    @property
+    def cpu_seconds(self) -> float:
+        """The process's own CPU over its timed section."""
+        return self.c1 - self.c0
 
 
 @dataclass

@@ -37,6 +37,7 @@ from typing import Any
 
 from sqlalchemy import make_url
 
+from bench import pg_costs
 from bench.common import emit, format_table, paired_ratio, rate_cell, ratio_cell, spread
 from bench.peer_systems import BATCH, LANES, PEERS, Checks, Clock, Peer, quiet_logging
 
@@ -140,30 +141,35 @@ def _error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
 
 
-def enqueue_child(system: str, dsn: str, jobs: int, batch: int, results: Any) -> None:
+def enqueue_child(system: str, dsn: str, jobs: int, batch: int, sync: Any,
+                  results: Any) -> None:
     """Child process: connect, then enqueue ``jobs`` jobs ``batch`` per call (timed)."""
     quiet_logging()
+    clock = Clock(*sync)
     try:
-        clock = Clock()
         done = PEERS[system].enqueue(dsn, jobs, batch, clock)
         results.put({"ok": True, "seconds": clock.seconds, "ids": done.ids,
+                     "cpu_s": clock.cpu_seconds,
                      "synchronous_commit": done.synchronous_commit})
     except BaseException as exc:  # reported to the parent, which fails the run
+        if not clock.signalled:
+            sync[0].release()
         results.put({"ok": False, "error": _error(exc)})
 
 
-def worker_child(system: str, dsn: str, batch: int, index: int, ready: Any, go: Any,
+def worker_child(system: str, dsn: str, batch: int, index: int, sync: Any,
                  results: Any) -> None:
     """Child process: connect, say so, wait for the start, claim until none is left."""
     quiet_logging()
-    clock = Clock(ready, go)
+    clock = Clock(*sync)
     try:
         done = PEERS[system].work(dsn, batch, clock)
         results.put({"ok": True, "index": index, "t0": clock.t0, "t1": clock.t1,
+                     "cpu_s": clock.cpu_seconds,
                      "ids": done.ids, "synchronous_commit": done.synchronous_commit})
     except BaseException as exc:
         if not clock.signalled:
-            ready.release()
+            sync[0].release()
         results.put({"ok": False, "index": index, "error": _error(exc)})
 
 
@@ -175,36 +181,81 @@ def _joined(procs: Sequence[Any]) -> None:
             proc.join()
 
 
-def enqueue_phase(ctx: Any, system: str, dsn: str, jobs: int, batch: int) -> dict[str, Any]:
+class Phase:
+    """The parent's side of a timed phase: its processes' start and stop signals, and
+    the server's CPU for the database's backends between them (read while the
+    processes hold their connections)."""
+
+    def __init__(self, ctx: Any, admin: Any, database: str) -> None:
+        self.ready, self.go = ctx.Semaphore(0), ctx.Event()
+        self.stopped, self.release = ctx.Semaphore(0), ctx.Event()
+        self.admin, self.database = admin, database
+        self.cpu0: dict[int, float] = {}
+        self.server_cpu_s = 0.0
+
+    @property
+    def sync(self) -> tuple[Any, Any, Any, Any]:
+        return self.ready, self.go, self.stopped, self.release
+
+    def start(self, processes: int, what: str) -> float:
+        for _ in range(processes):
+            if not self.ready.acquire(timeout=PHASE_TIMEOUT_S):
+                raise RuntimeError(f"{what}: a process did not connect")
+        self.cpu0 = pg_costs.process_cpu(pg_costs.backend_pids(self.admin, self.database))
+        started = time.perf_counter()
+        self.go.set()
+        return started
+
+    def wait_stopped(self, processes: int) -> None:
+        """Once every process stopped its clock: the backends' CPU since the start."""
+        for _ in range(processes):
+            if not self.stopped.acquire(timeout=PHASE_TIMEOUT_S):
+                return  # (a failed process reports its error instead)
+        cpu1 = pg_costs.process_cpu(pg_costs.backend_pids(self.admin, self.database))
+        self.server_cpu_s = sum(v - self.cpu0.get(pid, 0.0) for pid, v in cpu1.items())
+        self.release.set()
+
+    def end(self) -> None:
+        self.go.set()
+        self.release.set()
+
+
+def enqueue_phase(ctx: Any, server: Server, system: str, dsn: str, name: str, jobs: int,
+                  batch: int) -> dict[str, Any]:
     results = ctx.Queue()
-    proc = ctx.Process(target=enqueue_child, args=(system, dsn, jobs, batch, results))
+    phase = Phase(ctx, server.admin, name)
+    proc = ctx.Process(target=enqueue_child, args=(system, dsn, jobs, batch, phase.sync,
+                                                   results))
     proc.start()
     try:
+        phase.start(1, f"{system} enqueue")
+        phase.wait_stopped(1)
         out: dict[str, Any] = results.get(timeout=PHASE_TIMEOUT_S)
     finally:
+        phase.end()
         _joined([proc])
     if not out["ok"]:
         raise RuntimeError(f"{system} enqueue: {out['error']}")
+    out["server_cpu_s"] = phase.server_cpu_s
     return out
 
 
-def claim_phase(ctx: Any, system: str, dsn: str, batch: int, workers: int
-                ) -> dict[str, Any]:
+def claim_phase(ctx: Any, server: Server, system: str, dsn: str, name: str, batch: int,
+                workers: int) -> dict[str, Any]:
     """P workers started together; jobs/s from the start to the last one's last job."""
-    ready, go, results = ctx.Semaphore(0), ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=worker_child, args=(system, dsn, batch, k, ready, go, results))
+    results = ctx.Queue()
+    phase = Phase(ctx, server.admin, name)
+    procs = [ctx.Process(target=worker_child, args=(system, dsn, batch, k, phase.sync,
+                                                    results))
              for k in range(workers)]
     for proc in procs:
         proc.start()
     try:
-        for _ in procs:
-            if not ready.acquire(timeout=PHASE_TIMEOUT_S):
-                raise RuntimeError(f"{system}: a worker did not connect")
-        started = time.perf_counter()
-        go.set()
+        started = phase.start(workers, system)
+        phase.wait_stopped(workers)
         reports = [results.get(timeout=PHASE_TIMEOUT_S) for _ in procs]
     finally:
-        go.set()
+        phase.end()
         _joined(procs)
     failed = [r for r in reports if not r["ok"]]
     if failed:
@@ -215,6 +266,7 @@ def claim_phase(ctx: Any, system: str, dsn: str, batch: int, workers: int
             "start_skew_ms": round(1000 * (max(r["t0"] for r in reports) - started), 2),
             "per_worker": [len(r["ids"]) for r in reports],
             "ids": [job_id for r in reports for job_id in r["ids"]],
+            "cpu_s": sum(r["cpu_s"] for r in reports), "server_cpu_s": phase.server_cpu_s,
             "synchronous_commit": sorted({r["synchronous_commit"] for r in reports})}
 
 
@@ -230,23 +282,35 @@ def one_run(ctx: Any, server: Server, peer: Peer, batch: int, repeat: int,
     run: dict[str, Any] = {"system": peer.name, "mode": batch, "repeat": repeat,
                            "database": name, "rates": {}, "errors": []}
     dsn = server.create(name)
+    pg_costs.hold_wal(server.admin, name)
     try:
         peer.install(dsn)
+        pg_costs.prepare(dsn, name)
         unlogged = unlogged_tables(dsn)
         load = [round(os.getloadavg()[0], 2)]
-        enq = enqueue_phase(ctx, peer.name, dsn, args.jobs, enqueue_batch)
+        before = pg_costs.counters(dsn)
+        fetched = server.tuples_fetched(name)  # (the counters' own reads left out)
+        enq = enqueue_phase(ctx, server, peer.name, dsn, name, args.jobs, enqueue_batch)
         if enqueue_batch == batch:
             run["rates"][f"enqueue_{batch}"] = round(args.jobs / enq["seconds"], 1)
+            seen = server.tuples_fetched(name)
+            run["costs"] = {f"enqueue_{batch}": pg_costs.per_job(
+                before, pg_costs.counters(dsn), dsn, args.jobs, enq["server_cpu_s"],
+                enq["cpu_s"], seen - fetched)}
         sessions = {enq["synchronous_commit"]}
         handled: list[str] = []
         if claims:
             load.append(round(os.getloadavg()[0], 2))
-            fetched = server.tuples_fetched(name)
-            claim = claim_phase(ctx, peer.name, dsn, batch, args.processes)
+            before = pg_costs.counters(dsn)
+            fetched = server.tuples_fetched(name)  # (the counters' own reads left out)
+            claim = claim_phase(ctx, server, peer.name, dsn, name, batch, args.processes)
             run["rates"][f"claim_{batch}"] = round(args.jobs / claim["seconds"], 1)
             # (the workers have exited: their backends' counts are flushed)
-            run["fetched_per_job"] = round(
-                (server.tuples_fetched(name) - fetched) / args.jobs, 1)
+            seen = server.tuples_fetched(name)
+            run["fetched_per_job"] = round((seen - fetched) / args.jobs, 1)
+            run.setdefault("costs", {})[f"claim_{batch}"] = pg_costs.per_job(
+                before, pg_costs.counters(dsn), dsn, args.jobs, claim["server_cpu_s"],
+                claim["cpu_s"], seen - fetched)
             run["per_worker"] = claim["per_worker"]
             run["start_skew_ms"] = claim["start_skew_ms"]
             handled = claim["ids"]
@@ -268,6 +332,7 @@ def one_run(ctx: Any, server: Server, peer: Peer, batch: int, repeat: int,
         checks = Checks()
         checks.passed["ran"] = False
     finally:
+        pg_costs.release_wal(server.admin, name)
         if not args.keep_db:
             server.drop(name)
     run["checks"], run["seen"] = checks.passed, checks.seen
@@ -329,6 +394,13 @@ def _medians(systems: dict[str, dict[str, Any]], runs: list[dict[str, Any]]
                        and r["mode"] == batch and "fetched_per_job" in r]
             out[system][f"fetched_per_job_{batch}"] = (
                 statistics.median(fetched) if fetched else None)
+        out[system]["costs"] = {}
+        for lane in LANES:
+            seen = [r["costs"][lane] for r in runs if r["system"] == system
+                    and lane in r.get("costs", {})]
+            if seen:
+                out[system]["costs"][lane] = {key: statistics.median(c[key] for c in seen)
+                                              for key in seen[0]}
     return out
 
 
@@ -398,7 +470,20 @@ def table(args: argparse.Namespace, systems: dict[str, dict[str, Any]],
                                if results[system].get(key) is not None else "n/a"
                                for key in ("fetched_per_job_1", f"fetched_per_job_{BATCH}"))]
                     for system, about in systems.items() if not about["skipped"]]
+    cost_head = ["per job, median", "lane", *(heading for _, heading in pg_costs.COLUMNS)]
+    cost_body = [[system, LANE_HEADS[lane], *(f"{costs[key]:,.1f}"
+                                              for key, _ in pg_costs.COLUMNS)]
+                 for system, about in systems.items() if not about["skipped"]
+                 for lane, costs in results[system]["costs"].items()]
     lines = [format_table(head, body), "", format_table(fetched_head, fetched_body), "",
+             format_table(cost_head, cost_body), "",
+             "(rows: inserted + updated + deleted, pg_stat_user_tables; index entries: "
+             "btree leaf insertions and WAL B: bytes of the WAL records that touch the "
+             "database's relations, pg_walinspect, commit records and full-page images "
+             "(which follow the server's checkpoints) left out, the images apart; trigger "
+             "calls: pg_stat_user_functions, track_functions=pl; tuples read: "
+             "pg_stat_database.tup_fetched; CPU: the database's backends (/proc) and the "
+             "clients' process_time, over the timed phase)", "",
              f"{args.jobs:,} no-op jobs, {args.processes} worker processes, {args.repeat} "
              f"repeat(s); every system and mode on a fresh database of its own on one "
              f"server (PostgreSQL {args.durability['version']}); ratios: of "

@@ -53,6 +53,10 @@ class SqlDialect(ABC):
     #: only when theirs is the same, and never for a row claims lock. Also the most
     #: shares a limit's running room is split in (revision 0017).
     release_stripes: int
+    #: Whether revision 0019's claim indexes are there (PostgreSQL): queued jobs without
+    #: a limit key and with one indexed apart, and the scheduled ones apart, so that a
+    #: claim of unlimited jobs reads no limit and a full key's jobs are never read.
+    split_claim_indexes: bool
 
     @abstractmethod
     def insert(self, table: Table) -> Any:

@@ -78,6 +78,7 @@ class PostgreSQLDialect(SqlDialect):
     name = "postgresql"
     writable_ctes = True
     row_locks = True
+    split_claim_indexes = True
     release_stripes = 8  # (revision 0014's trigger: txid_current() % 8)
 
     def insert(self, table: Table) -> postgresql.Insert:
@@ -131,9 +132,23 @@ class PostgreSQLDialect(SqlDialect):
         # room for every picked job (waiting for a claim that holds it).
         one = released.alias("one_released")
         shares = _shares.c
+        # Every share a claim may wait for (share 0 of a key with one share, with a rate
+        # or not) locked first, in the keys' order: two claims that meet keys in opposite
+        # orders then never wait for each other in a cycle (which PostgreSQL breaks by
+        # failing one of them).
+        lone = _shares.alias("lone_share")
+        lone_limit = _limits.alias("lone_limit")
+        ordered = self.materialized(
+            select(lone.c.key)
+            .select_from(lone.join(wanted, lone.c.key == want.limit_key)
+                         .join(lone_limit, lone_limit.c.key == lone.c.key))
+            .where(lone.c.share == 0, lone_limit.c.shares == 1)
+            .order_by(lone.c.key).with_for_update(of=lone, key_share=True)
+            .cte("lone_shares"))
         single = (
             update(_shares)
-            .where(shares.key == want.limit_key, shares.share == 0, limit.c.key == shares.key,
+            .where(shares.key.in_(select(ordered.c.key)),
+                   shares.key == want.limit_key, shares.share == 0, limit.c.key == shares.key,
                    limit.c.shares == 1, limit.c.max_starts.is_(None),
                    one.c.key == shares.key, one.c.share == 0,
                    or_(shares.budget.is_(None), shares.started - one.c.released + want.n
@@ -149,9 +164,10 @@ class PostgreSQLDialect(SqlDialect):
         rated = self.materialized(
             select(slot.c.key)
             .select_from(slot.join(wanted, slot.c.key == want.limit_key))
-            .where(slot.c.max_starts.is_not(None), self.rate_room_for(slot, want.n, now))
-            .with_for_update(of=slot, key_share=True).cte("rated"))
-        held = _shares.alias("rated_share")
+            .where(slot.c.max_starts.is_not(None), self.rate_room_for(slot, want.n, now),
+                   slot.c.key.in_(select(ordered.c.key)))
+            .order_by(slot.c.key).with_for_update(of=slot, key_share=True).cte("rated"))
+        held = _shares.alias("rated_share_row")
         held_released = released.alias("rated_released")
         rated_share = self.materialized(
             select(held.c.key, literal(None, Integer).label("share"),

@@ -40,6 +40,7 @@ class SQLiteDialect(SqlDialect):
     name = "sqlite"
     writable_ctes = False
     row_locks = False
+    split_claim_indexes = False
     release_stripes = 1  # (one writer at a time: nothing to spread)
 
     def insert(self, table: Table) -> sqlite.Insert:

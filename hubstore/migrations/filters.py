@@ -22,6 +22,8 @@ MIGRATION_OWNED = frozenset({
     "ix_reflexion_pattern_trgm", DEFAULT_VERSION_TABLE, HUB_VERSION_TABLE, "sqlite_sequence",
     "ix_reflexion_project_slug",  # 0005: an expression index written per dialect
     "queue_at_insert",  # 0009: a column of message_log on SQLite only
+    "ix_assign_jobs_claim_keyed",  # 0019: PostgreSQL's claim index of keyed jobs
+    "ix_assign_jobs_scheduled",  # 0019: PostgreSQL's index of scheduled queued jobs
 })
 
 
@@ -37,7 +39,8 @@ def include_object(obj: Any, name: str | None, type_: str, reflected: bool,
 #: Every table hubstore's migrations make: the models' and the migration-owned ones.
 HUBSTORE_TABLES = frozenset(metadata.tables) | (MIGRATION_OWNED - {
     DEFAULT_VERSION_TABLE, "sqlite_sequence", "ix_reflexion_pattern_trgm",
-    "ix_reflexion_project_slug", "queue_at_insert"})
+    "ix_reflexion_project_slug", "queue_at_insert", "ix_assign_jobs_claim_keyed",
+    "ix_assign_jobs_scheduled"})
 
 
 def include_app_name(name: str | None, type_: NameFilterType,

@@ -14,14 +14,18 @@ from typing import Any
 
 from sqlalchemy import (
     CTE,
+    ColumnElement,
     Integer,
     and_,
+    any_,
     bindparam,
     case,
     exists,
     func,
     or_,
     select,
+    true,
+    union_all,
     update,
 )
 
@@ -89,6 +93,13 @@ def claim_statement(sql: SqlDialect) -> Prepared:
         .limit(bindparam("p_limit", type_=Integer))
         .with_for_update(of=_jobs, skip_locked=True)
         .cte("candidates"))
+    return Prepared(_claim_of(sql, rooms, candidates), _jobs)
+
+
+def _claim_of(sql: SqlDialect, rooms: CTE, candidates: CTE) -> Any:
+    """The claim's UPDATE of the ``candidates`` (picked and locked: job_id, limit_key,
+    priority, created_at_ms), each key's jobs started only with room under its limit
+    (see claim_statement)."""
     cand = candidates.c
     ranked = select(
         cand.job_id, cand.limit_key, rooms.c.key.label("limited"), rooms.c.free,
@@ -129,7 +140,104 @@ def claim_statement(sql: SqlDialect) -> Prepared:
              .returning(*_c))
     if counted is not None:
         claim = claim.add_cte(counted)
-    return Prepared(claim, _jobs)
+    return claim
+
+
+def _queued(columns: Any = None) -> list[ColumnElement[bool]]:
+    """The worker's due queued jobs (of ``columns``' table, default assign_jobs')."""
+    c = _c if columns is None else columns
+    return [c.worker_agent == bindparam("p_worker"), c.status == const(rules.CLAIMABLE),
+            or_(c.not_before_ms.is_(None), c.not_before_ms <= NOW)]
+
+
+def _keyed_queued() -> Any:
+    """Whether the worker has a due queued job with a limit key (PostgreSQL: one look
+    in revision 0019's index of such jobs)."""
+    return exists().where(*_queued(), _c.limit_key.is_not(None))
+
+
+@functools.cache
+def plain_claim_statement() -> Prepared:
+    """PostgreSQL: the claim of a worker none of whose due queued jobs has a limit key,
+    in one plain statement: its next jobs by the claim index (revision 0019 keeps only
+    jobs without a key there), ``FOR UPDATE SKIP LOCKED``, become running with the
+    columns claim_statement writes for such a job (started now, the deadline now +
+    timeout unless the job has them; no share). No limit, share or release row is read.
+
+    When the worker has a due queued job with a key, nothing is claimed and the result
+    is one row of NULLs: the caller then claims with keyed_claim_statement (a key's
+    job may come first in claim order, and its limit decides)."""
+    keyed = select(_keyed_queued().label("keyed")).cte("keyed")
+    candidates = (
+        select(_c.job_id).where(*_queued(), _c.limit_key.is_(None),
+                                ~select(keyed.c.keyed).scalar_subquery())
+        .order_by(_c.priority.desc(), _c.created_at_ms, _c.job_id)
+        .limit(bindparam("p_limit", type_=Integer))
+        .with_for_update(of=_jobs, skip_locked=True)
+        .cte("plain_candidates").prefix_with("MATERIALIZED"))
+    claimed = (update(_jobs)
+               .where(_c.job_id == any_(func.array(select(candidates.c.job_id)
+                                                   .scalar_subquery())))
+               .values(status="running", updated_at_ms=NOW, limit_share=None,
+                       **running_times(NOW))
+               .returning(*_c).cte("claimed"))
+    rows = (select(*claimed.c).select_from(keyed.outerjoin(claimed, true()))
+            .where(or_(keyed.c.keyed, claimed.c.job_id.is_not(None))))
+    return Prepared(rows, _jobs)
+
+
+def _queued_keys() -> CTE:
+    """The limit keys of the worker's due queued jobs, in order, by a skip scan of
+    revision 0019's index of keyed jobs (one look per key, however many jobs it has);
+    its last row is NULL."""
+    # (each look an ORDER BY ... LIMIT 1, not min(): the planner turns min() into one
+    # only when its statistics say so, and reads every keyed job otherwise)
+    k = _jobs.alias("key_of")
+    first = (select(k.c.limit_key).where(*_queued(k.c), k.c.limit_key.is_not(None))
+             .order_by(k.c.limit_key).limit(1).scalar_subquery())
+    keys = select(first.label("key")).cte("queued_keys", recursive=True)
+    later = _jobs.alias("later_key")
+    following = (select(later.c.limit_key)
+                 .where(*_queued(later.c), later.c.limit_key.is_not(None),
+                        later.c.limit_key > keys.c.key)
+                 .order_by(later.c.limit_key).limit(1).scalar_subquery())
+    return keys.union_all(select(following.label("key")).where(keys.c.key.is_not(None)))
+
+
+@functools.cache
+def keyed_claim_statement(sql: SqlDialect) -> Prepared:
+    """PostgreSQL: claim_statement, with its candidates found without reading the jobs
+    of full keys: the worker's next jobs without a key (by the claim index), and of
+    each of its keys with room (found by a skip scan of revision 0019's index of keyed
+    jobs, one look per key; a key without a limit has room) its next ones, no more than
+    the room, both ``FOR UPDATE SKIP LOCKED``; the best of them in claim order."""
+    rooms = _rooms(sql)
+    p_limit = bindparam("p_limit", type_=Integer)
+    order = (_c.priority.desc(), _c.created_at_ms, _c.job_id)
+    free = sql.materialized(
+        select(_c.job_id, _c.limit_key, _c.priority, _c.created_at_ms)
+        .where(*_queued(), _c.limit_key.is_(None)).order_by(*order).limit(p_limit)
+        .with_for_update(of=_jobs, skip_locked=True).cte("free_jobs"))
+    keys = _queued_keys()
+    open_keys = (select(keys.c.key, rooms.c.free)
+                 .select_from(keys.outerjoin(rooms, rooms.c.key == keys.c.key))
+                 .where(keys.c.key.is_not(None), or_(rooms.c.free.is_(None), rooms.c.free >= 1))
+                 .cte("open_keys"))
+    j = _jobs.alias("keyed_job")
+    per_key = (select(j.c.job_id, j.c.limit_key, j.c.priority, j.c.created_at_ms)
+               .where(*_queued(j.c), j.c.limit_key == open_keys.c.key)
+               .order_by(j.c.priority.desc(), j.c.created_at_ms, j.c.job_id)
+               .limit(func.least(p_limit, func.coalesce(open_keys.c.free, p_limit)))
+               .with_for_update(of=j, skip_locked=True).lateral("per_key"))
+    keyed = sql.materialized(
+        select(per_key.c.job_id, per_key.c.limit_key, per_key.c.priority,
+               per_key.c.created_at_ms)
+        .select_from(open_keys.join(per_key, true())).cte("keyed_jobs"))
+    both = union_all(select(*free.c), select(*keyed.c)).subquery("both_kinds")
+    candidates = sql.materialized(
+        select(*both.c).order_by(both.c.priority.desc(), both.c.created_at_ms,
+                                 both.c.job_id).limit(p_limit).cte("candidates"))
+    return Prepared(_claim_of(sql, rooms, candidates), _jobs)
 
 
 @functools.cache
@@ -191,10 +299,37 @@ def _claimed(tx: Transaction, worker_agent: str, limit: int | None, now: int
     """Claim the worker's next job (``limit`` None) or up to ``limit`` of them, in
     claim order, their listeners told after the commit."""
     params = {"p_worker": worker_agent, "p_now": now, "p_limit": limit or 1}
-    statement = claim_statement(tx.sql)
-    jobs = sorted(statement.instances(tx, params, AssignJob), key=_claim_order)
+    if tx.sql.split_claim_indexes:
+        found = _split_claimed(tx, worker_agent, params)
+    else:
+        found = claim_statement(tx.sql).instances(tx, params, AssignJob)
+    jobs = sorted(found, key=_claim_order)
     for job in jobs:
         announce(tx, job)
+    return jobs
+
+
+#: Workers whose latest claim in this process met due queued jobs with a limit key:
+#: their next claim goes to keyed_claim_statement at once, not through the plain one
+#: first. A hint only (each statement claims rightly on its own), kept small.
+_KEYED_WORKERS: set[str] = set()
+_KEYED_WORKERS_KEPT = 4096
+
+
+def _split_claimed(tx: Transaction, worker_agent: str, params: dict[str, Any]
+                   ) -> list[AssignJob]:
+    """PostgreSQL: the plain claim when the worker has no due queued job with a limit
+    key, else the keyed one (limits, shares and releases read only then)."""
+    if worker_agent not in _KEYED_WORKERS:
+        jobs = plain_claim_statement().instances(tx, params, AssignJob)
+        if not jobs or jobs[0].job_id is not None:
+            return jobs
+        if len(_KEYED_WORKERS) >= _KEYED_WORKERS_KEPT:
+            _KEYED_WORKERS.clear()
+        _KEYED_WORKERS.add(worker_agent)
+    jobs = keyed_claim_statement(tx.sql).instances(tx, params, AssignJob)
+    if jobs and all(job.limit_key is None for job in jobs):
+        _KEYED_WORKERS.discard(worker_agent)
     return jobs
 
 
@@ -221,11 +356,23 @@ _CLAIMABLE = Prepared(
     .limit(1))
 
 
+#: PostgreSQL (revision 0019): the same, each half of the queued jobs by its own index,
+#: the keyed half one look per key (the jobs of full keys are not read).
+_SPLIT_QUEUED_KEYS = _queued_keys()
+_SPLIT_CLAIMABLE = Prepared(union_all(
+    select(_c.job_id).where(*_queued(), _c.limit_key.is_(None)).limit(1),
+    select(_SPLIT_QUEUED_KEYS.c.key).where(
+        _SPLIT_QUEUED_KEYS.c.key.is_not(None),
+        _SPLIT_QUEUED_KEYS.c.key.not_in(bindparam("p_full", expanding=True))).limit(1)
+).limit(1))
+
+
 def claimable(scope: Scope, worker_agent: str, full: list[str]) -> bool:
     """Whether the worker has a due queued job whose key is not one of ``full``."""
     with scope.one_read() as tx:
-        return _CLAIMABLE.first(tx, {"p_worker": worker_agent, "p_now": now_ms(),
-                                      "p_full": full}) is not None
+        query = _SPLIT_CLAIMABLE if tx.sql.split_claim_indexes else _CLAIMABLE
+        return query.first(tx, {"p_worker": worker_agent, "p_now": now_ms(),
+                                "p_full": full}) is not None
 
 
 def claim_next_assign(scope: Scope, worker_agent: str) -> AssignJob | None:
@@ -258,11 +405,20 @@ _NEXT_DUE = Prepared(
            _c.not_before_ms > NOW))
 
 
+#: PostgreSQL (revision 0019): the same by the index of scheduled queued jobs (those
+#: with a not_before_ms), not by reading every queued job of the worker.
+_SPLIT_NEXT_DUE = Prepared(
+    select(func.min(_c.not_before_ms).label("due"))
+    .where(_c.worker_agent == bindparam("p_worker"), _c.status == const(rules.CLAIMABLE),
+           _c.not_before_ms.is_not(None), _c.not_before_ms > NOW))
+
+
 def next_due_ms(scope: Scope, worker_agent: str) -> int | None:
     """When the worker's next queued job that is not due yet becomes due (the time its
     not_before_ms, or its retry's back-off, ends), or None when it has none: how long a
     waiter may sleep without missing it."""
     require_id(worker_agent, "worker_agent")
     with scope.one_read() as tx:
-        found = _NEXT_DUE.first(tx, {"p_worker": worker_agent, "p_now": now_ms()})
+        query = _SPLIT_NEXT_DUE if tx.sql.split_claim_indexes else _NEXT_DUE
+        found = query.first(tx, {"p_worker": worker_agent, "p_now": now_ms()})
     return None if found is None or found["due"] is None else int(found["due"])
