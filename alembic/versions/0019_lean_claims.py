@@ -20,7 +20,7 @@ SQLite keeps its claim index as it was (its claim runs under the write lock and 
 reference's files stay as they are). Downgrade: the claim index of revision 0012 again.
 
 Revision ID: 0019
-Revises: 0018 (the lead rechains it onto 0018)
+Revises: 0018
 Create Date: 2026-12-05
 """
 
