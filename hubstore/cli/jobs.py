@@ -67,11 +67,12 @@ def jobs(ctx: click.Context, status: Any, worker: str | None, limit: int, after:
     """Assign jobs, most recently updated first, a page at a time; or, with a command
     below, retry or cancel one.
 
-    Lines in a pipe: job, status, worker, supervisor, task, attempt, updated (UTC), due
+    Lines in a pipe: job, status, worker, supervisor, claimed by (the latest claim's
+    claimer: the id its worker gave, else host:pid), task, attempt, updated (UTC), due
     (UTC), why (a queued job not taken yet: scheduled, back-off after a retry, or the
     assign limit that holds it, or that it waits for its worker to claim it: the
-    console's words). A narrow terminal leaves out the supervisor, the update time, the
-    attempt and the due time, in that order. With --json, every column of each job
+    console's words). A narrow terminal leaves out the supervisor, the claimer, the update
+    time, the attempt and the due time, in that order. With --json, every column of each job
     (to_dict()'s keys, hubstore's own columns, due_ms and why).
     """
     if ctx.invoked_subcommand is not None:
@@ -92,12 +93,13 @@ def jobs(ctx: click.Context, status: Any, worker: str | None, limit: int, after:
     else:
         show("assign jobs", [
             key("job", "job_id"), key("status", "status"), key("worker", "worker_agent"),
-            key("supervisor", "supervisor_agent"), key("task", "task", whole=False),
+            key("supervisor", "supervisor_agent"), key("claimed by", "claimed_by"),
+            key("task", "task", whole=False),
             key("attempt", "attempt", right=True), time_column("updated (UTC)",
                                                               "updated_at_ms"),
             Column("due (UTC)", lambda d: when(d["due_ms"]), whole=True),
             Column("why", lambda d: d["why"])], rows,
-            optional=("supervisor", "updated (UTC)", "attempt", "due (UTC)"))
+            optional=("supervisor", "claimed by", "updated (UTC)", "attempt", "due (UTC)"))
     if page.next is not None:
         click.echo(f"note: {len(page.jobs)} shown; more follow: hubstore jobs ... --after "
                    f"{page.next}", err=True)

@@ -39,11 +39,18 @@ from hubstore.dialects import SqlDialect
 from hubstore.errors import DatabaseBusy, HubStoreError
 from hubstore.execution import Prepared, from_row
 from hubstore.ids import now_ms, uuidv7
-from hubstore.models import ASSIGN_STATUSES, DEDUPLICATED, LIVE_WHERE, AssignJob, table_of
+from hubstore.models import (
+    ASSIGN_STATUSES,
+    DEDUPLICATED,
+    LIVE_WHERE,
+    TIMEOUT_FROM,
+    AssignJob,
+    table_of,
+)
 from hubstore.services.base import const
 from hubstore.services.limits import check_limit_key
 from hubstore.transaction import Scope, Transaction
-from hubstore.types import AssignPatch, AssignStatus
+from hubstore.types import AssignPatch, AssignStatus, TimeoutFrom
 from hubstore.validation import (
     as_number,
     clamp,
@@ -361,7 +368,8 @@ def create_assign(scope: Scope, supervisor_agent: str, worker_agent: str,
                   last_message_id: str | None = None, result: Any = None,
                   error: Any = None, job_id: str | None = None,
                   not_before_ms: int | None = None, retry_backoff_ms: int = 0,
-                  limit_key: str | None = None, unique_key: str | None = None) -> AssignJob:
+                  limit_key: str | None = None, unique_key: str | None = None,
+                  timeout_from: TimeoutFrom = "create") -> AssignJob:
     """A new job. Priority, timeout and ttl are clamped, as in the reference
     (JavaScript's Number() reads them: a non-number falls back to the default).
 
@@ -376,13 +384,16 @@ def create_assign(scope: Scope, supervisor_agent: str, worker_agent: str,
     twice as long as the one before, at most 24 hours); ``limit_key``, the assign
     limit it counts against (``set_assign_limit``; None: unlimited); ``unique_key``,
     a key no two queued or running jobs share: while one holds it, this call writes
-    nothing and returns that job, its ``deduplicated`` True.
+    nothing and returns that job, its ``deduplicated`` True; ``timeout_from``, when its
+    timeout starts: "create" (the reference's: its deadline is set now, so time queued
+    counts), or "claim" (a run timeout: no deadline while queued; each claim sets it to
+    the start + ``timeout_ms``).
     """
     make_row = new_job(
         supervisor_agent, worker_agent, topic, task, payload, status, attempt,
         retry_count, max_retries, priority, ttl_ms, timeout_ms, deadline_ms, trace_id,
         correlation_id, last_message_id, result, error, job_id, not_before_ms,
-        retry_backoff_ms, limit_key, unique_key)
+        retry_backoff_ms, limit_key, unique_key, timeout_from)
     # (one INSERT ... RETURNING; with a unique key, a look for its holder may follow)
     with (scope.one_statement() if unique_key is None else scope.transaction()) as uow:
         return insert_job(uow, make_row(now_ms()))
@@ -396,8 +407,8 @@ def new_job(supervisor_agent: str, worker_agent: str, topic: str = "assign.job",
             correlation_id: str | None = None, last_message_id: str | None = None,
             result: Any = None, error: Any = None, job_id: str | None = None,
             not_before_ms: int | None = None, retry_backoff_ms: int = 0,
-            limit_key: str | None = None, unique_key: str | None = None
-            ) -> Callable[[int], dict[str, Any]]:
+            limit_key: str | None = None, unique_key: str | None = None,
+            timeout_from: TimeoutFrom = "create") -> Callable[[int], dict[str, Any]]:
     """create_assign's arguments checked (ValidationError before anything is written),
     and the function that makes the job's row (attribute-keyed) at a given time."""
     require_id(supervisor_agent, "supervisor_agent")
@@ -426,6 +437,9 @@ def new_job(supervisor_agent: str, worker_agent: str, topic: str = "assign.job",
     deadline = None if deadline_ms is None else as_number(deadline_ms)
     if deadline is not None:
         deadline = require_int(int(deadline), "deadline_ms")
+    require_enum(timeout_from, TIMEOUT_FROM, "timeout_from")
+    # A run timeout (from the claim): no deadline while queued, unless one is given.
+    runs_only = timeout_from == "claim" and status == rules.CLAIMABLE
     def make_row(now: int) -> dict[str, Any]:
         return {
             "job_id": job_id or uuidv7(),
@@ -440,7 +454,7 @@ def new_job(supervisor_agent: str, worker_agent: str, topic: str = "assign.job",
             "max_retries": retry_limit,
             "priority": clamp(priority, 5, 1, 9),
             "ttl_ms": rules.clamp_timeout(ttl_ms, timeout), "timeout_ms": timeout,
-            "deadline_ms": (int(deadline) if deadline is not None
+            "deadline_ms": (int(deadline) if deadline is not None else None if runs_only
                             else max(now, not_before or now) + timeout),
             "trace_id": trace_id or uuidv7(), "correlation_id": correlation_id or uuidv7(),
             "last_message_id": last_message_id, "result": result, "error": error,
@@ -450,6 +464,7 @@ def new_job(supervisor_agent: str, worker_agent: str, topic: str = "assign.job",
             "last_retry_at_ms": now if retries > 0 else None,
             "not_before_ms": not_before, "retry_backoff_ms": backoff,
             "limit_key": limit_key, "unique_key": unique_key, "limit_share": None,
+            "timeout_from": timeout_from, "claimed_by": None,
         }
 
     return make_row

@@ -642,7 +642,7 @@ def test_piped_jobs_keep_each_uuid_on_one_line(db_url: URL, wordy_hub: HubStore,
         run = piped("jobs", grep=job.job_id, url=db_url)
         assert (run.returncode, run.stderr) == (0, "")
         assert run.stdout.split("\t") == [
-            job.job_id, "queued", "codex-1", "lead-supervisor", job.task, "1",
+            job.job_id, "queued", "codex-1", "lead-supervisor", "", job.task, "1",
             datetime.fromtimestamp(job.updated_at_ms / 1000, UTC).strftime(
                 "%Y-%m-%d %H:%M:%S"), "",  # (due: empty, due now)
             "due: waiting for worker 'codex-1' to claim it\n"]
@@ -788,9 +788,10 @@ def test_jobs_say_when_and_why_a_queued_job_is_not_due(db_url: URL, store: HubSt
     due_now = store.assign_async("lead", "w3", task="now")
     lines = {line.split("\t")[0]: line.split("\t")
              for line in hubstore("jobs", url=db_url).stdout.splitlines()}
-    assert lines[scheduled.job_id][7:] == [when(later), f"scheduled: due {when(later)} UTC"]
-    assert lines[failed.job_id][8].startswith("back-off after retry 1: due ")
-    assert lines[due_now.job_id][7:] == ["", "due: waiting for worker 'w3' to claim it"]
+    assert lines[scheduled.job_id][8:] == [when(later), f"scheduled: due {when(later)} UTC"]
+    assert lines[failed.job_id][9].startswith("back-off after retry 1: due ")
+    assert lines[failed.job_id][4] == present(store.get_assign(failed.job_id)).claimed_by
+    assert lines[due_now.job_id][8:] == ["", "due: waiting for worker 'w3' to claim it"]
     # The console's words, from the same function (issue 40 point 5).
     as_json = {d["job_id"]: d for d in json.loads(hubstore("jobs", "--json",
                                                            url=db_url).stdout)}
@@ -804,10 +805,12 @@ def test_jobs_say_which_limit_holds_a_job(db_url: URL, store: HubStore) -> None:
     store.set_assign_limit("codex", max_running=1)
     store.assign_async("lead", "w1", task="first", limit_key="codex")
     held = store.assign_async("lead", "w1", task="second", limit_key="codex")
-    assert present(store.claim_next_assign("w1")).task == "first"
+    assert present(store.claim_next_assign("w1", claimed_by="pod-7")).task == "first"
     lines = {line.split("\t")[0]: line.split("\t")
              for line in hubstore("jobs", url=db_url).stdout.splitlines()}
-    assert lines[held.job_id][8] == "limit codex: 1/1 running"
+    assert lines[held.job_id][9] == "limit codex: 1/1 running"
+    running = next(line for line in lines.values() if line[1] == "running")
+    assert running[4] == "pod-7"  # who holds it (issue 40 point 11)
 
 
 def test_jobs_cancel_and_retry(db_url: URL, store: HubStore) -> None:
