@@ -69,7 +69,8 @@ def fill(store: HubStore, jobs: int, messages: int, trace_messages: int) -> dict
                 "max_retries": 1, "priority": 5, "ttl_ms": 600_000, "timeout_ms": 600_000,
                 "trace_id": trace_of[i] if i < len(trace_of) else f"t-{i}",
                 "correlation_id": f"c-{i}", "created_at_ms": now - (jobs - i) * 10,
-                "updated_at_ms": now - (jobs - i) * 10, "retry_backoff_ms": 0}
+                "updated_at_ms": now - (jobs - i) * 10, "retry_backoff_ms": 0,
+                "timeout_from": "create"}
 
     def message(i: int) -> dict[str, Any]:
         return {"id": f"m-{i:08d}", "type": "event", "from_agent": "lead",

@@ -79,7 +79,8 @@ def _rows(first: int, count: int, now: int) -> tuple[str, str]:
             "attempt": 1, "retry_count": 0, "max_retries": 0, "priority": 5,
             "ttl_ms": 600_000, "timeout_ms": 600_000, "trace_id": trace,
             "correlation_id": correlation, "last_message_id": message_id,
-            "created_at_ms": now, "updated_at_ms": now, "retry_backoff_ms": 0})
+            "created_at_ms": now, "updated_at_ms": now, "retry_backoff_ms": 0,
+            "timeout_from": "create"})
         messages.append({
             "id": message_id, "type": "handoff", "from_agent": "bench-lead",
             "to_agent": "bench-worker", "topic": "assign.job", "priority": 5,

@@ -52,6 +52,7 @@ from hubstore.engine import BUSY_TIMEOUT_MS
 from hubstore.errors import StoreClosed
 from hubstore.models import AssignJob, Message
 from hubstore.services.assigns.batches import MAX_BATCH
+from hubstore.services.assigns.claims import claimer
 from hubstore.services.assigns.moves import put_back_claim
 from hubstore.services.waiting import (
     MessageFeed,
@@ -341,26 +342,26 @@ class AsyncHubStore(AsyncOperations):
     def listen_url(self, value: URL | str | bool | None) -> None:
         self.sync.listen_url = value
 
-    async def wait_for_assign(self, worker_agent: str, timeout_s: float | None = 30.0
-                              ) -> AssignJob | None:
+    async def wait_for_assign(self, worker_agent: str, timeout_s: float | None = 30.0,
+                              claimed_by: str | None = None) -> AssignJob | None:
         """:meth:`HubStore.wait_for_assign` without blocking the event loop.
 
         Cancelled, it raises CancelledError and takes nothing: a job it was claiming
         stays (or goes back to) queued for the next waiter.
         """
         require_id(worker_agent, "worker_agent")
-        jobs = await self._wait_claiming(worker_agent, None, timeout_s)
+        jobs = await self._wait_claiming(worker_agent, None, timeout_s, claimer(claimed_by))
         return jobs[0] if jobs else None
 
     async def _wait_claiming(self, worker_agent: str, limit: int | None,
-                             timeout_s: float | None) -> list[AssignJob]:
+                             timeout_s: float | None, claimed_by: str) -> list[AssignJob]:
         """Claim (as _claim_jobs) until a claim takes jobs, waking on the worker's
         signal or when its next scheduled job is due; [] once ``timeout_s`` passed."""
         deadline = deadline_after(timeout_s)
         async with _Wake(self, signals.ASSIGNS, [signals.worker_key(worker_agent)]) as wake:
             while True:
                 wake.clear()
-                jobs = await self._claim_jobs(worker_agent, limit)
+                jobs = await self._claim_jobs(worker_agent, limit, claimed_by)
                 if jobs:
                     return jobs
                 plan = await self._call(wait_plan, self.sync, worker_agent)
@@ -368,7 +369,8 @@ class AsyncHubStore(AsyncOperations):
                 if not await wake.pause(deadline, plan.due):
                     return []
 
-    async def _claim_jobs(self, worker_agent: str, limit: int | None) -> list[AssignJob]:
+    async def _claim_jobs(self, worker_agent: str, limit: int | None, claimed_by: str
+                          ) -> list[AssignJob]:
         """One claim (of up to ``limit`` jobs; None: claim_next_assign's one), committed
         only once this task has taken the jobs."""
         loop = self._loop_now()
@@ -378,10 +380,10 @@ class AsyncHubStore(AsyncOperations):
         def claim() -> list[AssignJob]:
             with self.sync.unit_of_work() as uow:
                 if limit is None:
-                    one = uow.claim_next_assign(worker_agent)
+                    one = uow.claim_next_assign(worker_agent, claimed_by)
                     jobs = [] if one is None else [one]
                 else:
-                    jobs = uow.claim_next_assigns(worker_agent, limit)
+                    jobs = uow.claim_next_assigns(worker_agent, limit, claimed_by)
                 if not jobs:
                     return []
                 _call_soon(loop, _settle, offered, jobs)
@@ -415,12 +417,14 @@ class AsyncHubStore(AsyncOperations):
             raise
 
     async def wait_for_assigns(self, worker_agent: str, limit: int = 10,
-                               timeout_s: float | None = 30.0) -> list[AssignJob]:
+                               timeout_s: float | None = 30.0,
+                               claimed_by: str | None = None) -> list[AssignJob]:
         """:meth:`HubStore.wait_for_assigns` without blocking the event loop (cancelled,
         it takes nothing, as wait_for_assign)."""
         require_id(worker_agent, "worker_agent")
         require_int(limit, "limit", minimum=1, maximum=MAX_BATCH)
-        return await self._wait_claiming(worker_agent, limit, timeout_s)
+        return await self._wait_claiming(worker_agent, limit, timeout_s,
+                                         claimer(claimed_by))
 
     async def wait_for_result(self, job_id: str, timeout_s: float | None = 30.0
                               ) -> AssignJob | None:

@@ -40,6 +40,7 @@ from hubstore.types import (
     PipelineFields,
     ReflexionPatch,
     ReflexionType,
+    TimeoutFrom,
 )
 
 if TYPE_CHECKING:
@@ -386,6 +387,7 @@ class AsyncOperations:
         retry_backoff_ms: int = 0,
         limit_key: str | None = None,
         unique_key: str | None = None,
+        timeout_from: TimeoutFrom = "create",
     ) -> AssignJob:
         """Await :meth:`HubStore.create_assign`: A new job. Priority, timeout and ttl are
         clamped, as in the reference (JavaScript's Number() reads them: a non-number falls
@@ -416,6 +418,7 @@ class AsyncOperations:
             retry_backoff_ms,
             limit_key,
             unique_key,
+            timeout_from,
         )
 
     async def get_assign(self, job_id: str) -> AssignJob | None:
@@ -552,12 +555,14 @@ class AsyncOperations:
         """
         return await self._call(self._sync_ops().sweep_timed_out_assigns, now_ms)
 
-    async def claim_next_assign(self, worker_agent: str) -> AssignJob | None:
+    async def claim_next_assign(
+        self, worker_agent: str, claimed_by: str | None = None
+    ) -> AssignJob | None:
         """Await :meth:`HubStore.claim_next_assign`: The worker's highest-priority, then
         oldest, queued job that is due (its not_before_ms passed, if it has one), now
         running.
         """
-        return await self._call(self._sync_ops().claim_next_assign, worker_agent)
+        return await self._call(self._sync_ops().claim_next_assign, worker_agent, claimed_by)
 
     async def next_due_ms(self, worker_agent: str) -> int | None:
         """Await :meth:`HubStore.next_due_ms`: When the worker's next queued job that is not
@@ -576,13 +581,18 @@ class AsyncOperations:
         """
         return await self._call(self._sync_ops().assign_many, supervisor_agent, worker_agent, jobs)
 
-    async def claim_next_assigns(self, worker_agent: str, limit: int = 10) -> list[AssignJob]:
+    async def claim_next_assigns(
+        self, worker_agent: str, limit: int = 10, claimed_by: str | None = None
+    ) -> list[AssignJob]:
         """Await :meth:`HubStore.claim_next_assigns`: Up to ``limit`` of the worker's due
         queued jobs, now running, in one statement, in claim order (as ``claim_next_assign``
         would take them one by one). Two claimers never get the same job. An empty list when
-        none is queued. Stalled jobs are taken back first, as in ``claim_next_assign``.
+        none is queued. Stalled jobs are taken back first, as in ``claim_next_assign``, and
+        each records its claimer as there.
         """
-        return await self._call(self._sync_ops().claim_next_assigns, worker_agent, limit)
+        return await self._call(
+            self._sync_ops().claim_next_assigns, worker_agent, limit, claimed_by
+        )
 
     async def report_assign_results(
         self, reports: Sequence[Mapping[str, Any]], worker_agent: str | None = None

@@ -245,7 +245,7 @@ def retry_patch(current: Mapping[str, Any], patch: Mapping[str, Any], now: int
     """The patch that re-queues a job for its next attempt (the reference's retry):
     with a back-off (retry_backoff_ms), not claimed before its delay has passed (or
     before the patch's not_before_ms, when it names one), its deadline counted from
-    then."""
+    then (none for a job whose timeout starts at its claim)."""
     retry_count = patch.get("retry_count")
     attempt = patch.get("attempt")
     timeout_ms = patch.get("timeout_ms")
@@ -266,7 +266,8 @@ def retry_patch(current: Mapping[str, Any], patch: Mapping[str, Any], now: int
                            "attempt", default=1, minimum=current["attempt"] + 1),
         "timeout_ms": timeout,
         "ttl_ms": patch.get("ttl_ms") if patch.get("ttl_ms") is not None else current["ttl_ms"],
-        "deadline_ms": start + timeout,
+        # A run timeout (revision 0020's timeout_from "claim") waits queued without one.
+        "deadline_ms": None if current.get("timeout_from") == "claim" else start + timeout,
         "completed_at_ms": None,
         "started_at_ms": None,
         "last_retry_at_ms": now,

@@ -284,6 +284,15 @@ class AssignJob(Base):
     #: The share of its limit the claim that started the job took its room from (None:
     #: never claimed under a limit; a start outside claims counts on share 0).
     limit_share: Mapped[int | None] = mapped_column(Integer, info=dict(HUBSTORE_ONLY))
+    # hubstore's own (revision 0020):
+    #: When the job's timeout starts: "create" (the reference's meaning: its deadline is
+    #: set when it is made, so time queued counts), or "claim" (a run timeout: no
+    #: deadline while queued; each claim sets it to the start + timeout_ms).
+    timeout_from: Mapped[str] = mapped_column(Text, server_default=text("'create'"),
+                                              info=dict(HUBSTORE_ONLY))
+    #: Who made the latest claim of the job: the claimer's own id, else host:pid (None:
+    #: never claimed).
+    claimed_by: Mapped[str | None] = mapped_column(Text, info=dict(HUBSTORE_ONLY))
 
     @property
     def deduplicated(self) -> bool:
@@ -291,6 +300,8 @@ class AssignJob(Base):
         under its ``unique_key`` and wrote no new one; False for a job it wrote (and for
         every job read otherwise)."""
         return bool(self.__dict__.get(DEDUPLICATED, False))
+#: When an assign job's timeout starts (revision 0020's ``timeout_from``).
+TIMEOUT_FROM = ("create", "claim")
 #: The statuses a unique key holds in (revision 0014's partial unique index).
 LIVE_WHERE = "unique_key IS NOT NULL AND status IN ('queued', 'running')"
 Index("ux_assign_jobs_unique_key", AssignJob.unique_key, unique=True,

@@ -21,6 +21,8 @@ HumanKind = Literal["captcha", "approval", "credential", "choice", "text"]
 HumanState = Literal["pending", "accepted", "declined", "cancelled", "timed_out"]
 HumanDefaultAction = Literal["decline", "cancel", "timeout_continue"]
 AssignStatus = Literal["queued", "running", "succeeded", "failed", "timed_out", "cancelled"]
+#: When an assign job's timeout starts: at its creation (the reference's) or at each claim.
+TimeoutFrom = Literal["create", "claim"]
 #: What a worker may report (report_assign_result also takes any case and spacing).
 ReportedStatus = Literal[
     "running", "succeeded", "failed", "timed_out", "in_progress", "timeout", "error",
@@ -86,6 +88,7 @@ class NewAssign(TypedDict, total=False):
     retry_backoff_ms: int
     limit_key: str | None
     unique_key: str | None
+    timeout_from: TimeoutFrom
 
 
 class PipelineFields(TypedDict, total=False):

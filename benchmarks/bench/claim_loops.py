@@ -81,7 +81,8 @@ def raw_claim_loop(url: str, connected: Callable[[], None]) -> list[str]:
         connected()
         while True:
             row = conn.execute(claim_sql, {**claim_bound, "p_worker": CLAIM_WORKER,
-                                           "p_now": now_ms(), "p_limit": 1},
+                                           "p_now": now_ms(), "p_limit": 1,
+                                           "p_claimer": "raw-loop"},
                                prepare=True).fetchone()
             if row is None:
                 return job_ids

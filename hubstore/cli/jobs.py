@@ -11,6 +11,7 @@ import logging
 from typing import Any
 
 import click
+from sqlalchemy import inspect
 from sqlalchemy.engine import URL
 
 from hubstore.cli.common import (
@@ -29,19 +30,23 @@ from hubstore.cli.output import Column, key, show
 from hubstore.errors import ValidationError
 from hubstore.ids import now_ms
 from hubstore.models import ASSIGN_STATUSES, AssignJob, AssignLimit
-from hubstore.services.assigns.listing import MAX_PAGE, job_waiting_reason
+from hubstore.services.assigns.listing import MAX_PAGE, job_waiting_reason, waiting_text
 from hubstore.store import HubStore
 
 log = logging.getLogger("hubstore.cli")
 
 
 def _rows(jobs: list[AssignJob], limits: dict[str, AssignLimit]) -> list[dict[str, Any]]:
+    """Each job's every column (hubstore's own too: ``limit_key``, ``unique_key``, ...),
+    with ``due_ms`` (when a queued job that is not due yet becomes due) and ``why`` (the
+    console's words for why a queued job is not running yet)."""
     now = now_ms()
     rows = []
     for job in jobs:
-        row = job.to_dict()
-        at, row["why"] = job_waiting_reason(job, limits, now)
-        row["due"] = when(at)
+        row = job.to_dict() | {attr.key: getattr(job, attr.key)
+                               for attr in inspect(AssignJob).column_attrs}
+        row["due_ms"], _ = job_waiting_reason(job, limits, now)
+        row["why"] = waiting_text(job, limits, now)
         rows.append(row)
     return rows
 
@@ -62,10 +67,13 @@ def jobs(ctx: click.Context, status: Any, worker: str | None, limit: int, after:
     """Assign jobs, most recently updated first, a page at a time; or, with a command
     below, retry or cancel one.
 
-    Lines in a pipe: job, status, worker, supervisor, task, attempt, updated (UTC), due
+    Lines in a pipe: job, status, worker, supervisor, claimed by (the latest claim's
+    claimer: the id its worker gave, else host:pid), task, attempt, updated (UTC), due
     (UTC), why (a queued job not taken yet: scheduled, back-off after a retry, or the
-    assign limit that holds it). With --json, the jobs as the reference store returns
-    them (to_dict()).
+    assign limit that holds it, or that it waits for its worker to claim it: the
+    console's words). A narrow terminal leaves out the supervisor, the claimer, the update
+    time, the attempt and the due time, in that order. With --json, every column of each job
+    (to_dict()'s keys, hubstore's own columns, due_ms and why).
     """
     if ctx.invoked_subcommand is not None:
         return
@@ -79,16 +87,19 @@ def jobs(ctx: click.Context, status: Any, worker: str | None, limit: int, after:
             raise UsageFailure(f"--after: {exc}") from exc
     log.info("jobs: %d listed, %s", len(page.jobs),
              "the last page" if page.next is None else "more follow")
+    rows = _rows(page.jobs, limits)
     if as_json:
-        print_json([job.to_dict() for job in page.jobs])
+        print_json(rows)
     else:
         show("assign jobs", [
             key("job", "job_id"), key("status", "status"), key("worker", "worker_agent"),
-            key("supervisor", "supervisor_agent"), key("task", "task", whole=False),
+            key("supervisor", "supervisor_agent"), key("claimed by", "claimed_by"),
+            key("task", "task", whole=False),
             key("attempt", "attempt", right=True), time_column("updated (UTC)",
                                                               "updated_at_ms"),
-            Column("due (UTC)", lambda d: d["due"], whole=True),
-            Column("why", lambda d: d["why"], whole=True)], _rows(page.jobs, limits))
+            Column("due (UTC)", lambda d: when(d["due_ms"]), whole=True),
+            Column("why", lambda d: d["why"])], rows,
+            optional=("supervisor", "claimed by", "updated (UTC)", "attempt", "due (UTC)"))
     if page.next is not None:
         click.echo(f"note: {len(page.jobs)} shown; more follow: hubstore jobs ... --after "
                    f"{page.next}", err=True)

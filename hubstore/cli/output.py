@@ -7,8 +7,9 @@
   ``--json`` gives the exact values). ``grep``, ``cut -f``, ``awk -F'\\t'`` and
   ``column -t -s$'\\t'`` work on it.
 - stdout is a terminal: a table. Ids, statuses, numbers and times are never split; long
-  text and JSON fold inside their column. When the terminal is too narrow for that, each
-  row is printed as a block of ``name  value`` lines instead.
+  text and JSON fold inside their column. When the terminal is too narrow for that, the
+  columns a command marks as optional are left out, the least needed first; only when
+  even the others do not fit is each row printed as a block of ``name  value`` lines.
 
 JSON values (payload, topics) are written as ``--json`` writes them, on one line.
 """
@@ -73,21 +74,26 @@ def one_line(text: str, *, keep_newlines: bool = False) -> str:
         else _NAMED.get(char, f"\\x{ord(char):02x}") for char in text)
 
 
-def show(title: str, columns: Sequence[Column], rows: Sequence[dict[str, Any]]) -> None:
-    """Print ``rows``: tab-separated lines in a pipe, a table (or blocks) in a terminal."""
+def show(title: str, columns: Sequence[Column], rows: Sequence[dict[str, Any]],
+         optional: Sequence[str] = ()) -> None:
+    """Print ``rows``: tab-separated lines in a pipe (every column), a table (or blocks)
+    in a terminal. ``optional`` names the headings of the columns a narrow terminal may
+    leave out, the first named first."""
     cells = [[text_of(column.get(row)) for column in columns] for row in rows]
     with writing():
         if sys.stdout.isatty():
-            _terminal(f"{title} ({len(rows)})", columns, cells)
+            _terminal(f"{title} ({len(rows)})", columns, cells, optional)
         else:
             for line in cells:
                 click.echo("\t".join(one_line(cell) for cell in line))
 
 
-def _terminal(title: str, columns: Sequence[Column], cells: list[list[str]]) -> None:
-    console = Console(soft_wrap=False)
+def _table(title: str, columns: Sequence[Column], cells: list[list[str]],
+           shown: Sequence[int]) -> Table:
+    """The table of the columns at the indexes ``shown``."""
     table = Table(title=title, title_justify="left")
-    for i, column in enumerate(columns):
+    for i in shown:
+        column = columns[i]
         longest = max([cell_len(line) for row in cells for line in row[i].splitlines()]
                       + [cell_len(column.heading)])
         if column.whole:
@@ -96,17 +102,35 @@ def _terminal(title: str, columns: Sequence[Column], cells: list[list[str]]) -> 
         else:
             table.add_column(column.heading, overflow="fold", min_width=min(longest, FOLDED_MIN))
     for row in cells:
-        table.add_row(*(Text(one_line(cell, keep_newlines=True)) for cell in row))
+        table.add_row(*(Text(one_line(row[i], keep_newlines=True)) for i in shown))
+    return table
+
+
+def _terminal(title: str, columns: Sequence[Column], cells: list[list[str]],
+              optional: Sequence[str]) -> None:
+    console = Console(soft_wrap=False)
     unbounded = console.options.update_width(sys.maxsize)  # (a measure is cut at the width)
-    if Measurement.get(console, unbounded, table).minimum <= console.width:
-        console.print(table)
-        return
+    shown = list(range(len(columns)))
+    headings = [column.heading for column in columns]
+    for dropped in [None, *optional]:
+        if dropped is not None:
+            shown.remove(headings.index(dropped))
+        table = _table(title, columns, cells, shown)
+        if Measurement.get(console, unbounded, table).minimum <= console.width:
+            if len(shown) < len(columns):
+                left_out = ", ".join(headings[i] for i in range(len(columns))
+                                     if i not in shown)
+                table.caption = f"(too narrow for {left_out}: widen the terminal, or --json)"
+                table.caption_justify = "left"
+            console.print(table)
+            return
     console.print(Text(title, style="bold"))  # too narrow: one block of lines per row
     for row in cells:
         block = Table.grid(padding=(0, 2))
         block.add_column(no_wrap=True, style="bold")
         block.add_column(overflow="fold")
         for column, cell in zip(columns, row, strict=True):
-            block.add_row(column.heading, Text(one_line(cell, keep_newlines=True)))
+            if cell or column.heading not in optional:  # (an empty optional one: no line)
+                block.add_row(column.heading, Text(one_line(cell, keep_newlines=True)))
         console.print()
         console.print(block)

@@ -36,6 +36,7 @@ from hubstore.services.assigns.claims import (
     claim_next_assign,
     claim_next_assigns,
     claimable,
+    claimer,
     next_due_ms,
 )
 from hubstore.services.assigns.creating import get_assign
@@ -302,28 +303,31 @@ def refuse_inside_unit_of_work(scope: Scope, call: str) -> None:
             "(claim_next_assign claims inside one)")
 
 
-def wait_for_assign(scope: Scope, worker_agent: str, timeout_s: float | None = 30.0
-                    ) -> AssignJob | None:
-    """Claim the worker's next queued job (as ``claim_next_assign``); when there is none,
-    wait until any process queues one and claim it. None once ``timeout_s`` passed (never
-    before; None waits without limit)."""
+def wait_for_assign(scope: Scope, worker_agent: str, timeout_s: float | None = 30.0,
+                    claimed_by: str | None = None) -> AssignJob | None:
+    """Claim the worker's next queued job (as ``claim_next_assign``, recording
+    ``claimed_by``); when there is none, wait until any process queues one and claim it.
+    None once ``timeout_s`` passed (never before; None waits without limit)."""
     require_id(worker_agent, "worker_agent")
+    by = claimer(claimed_by)
     refuse_inside_unit_of_work(scope, "wait_for_assign")
     jobs = claim_waiting(scope, worker_agent, timeout_s, lambda tx: [
-        job for job in [claim_next_assign(tx, worker_agent)] if job is not None])
+        job for job in [claim_next_assign(tx, worker_agent, by)] if job is not None])
     return jobs[0] if jobs else None
 
 
 def wait_for_assigns(scope: Scope, worker_agent: str, limit: int = 10,
-                     timeout_s: float | None = 30.0) -> list[AssignJob]:
-    """Claim up to ``limit`` of the worker's queued jobs (as ``claim_next_assigns``); when
-    there are none, wait until any process queues one and claim what is there then. An
-    empty list once ``timeout_s`` passed."""
+                     timeout_s: float | None = 30.0, claimed_by: str | None = None
+                     ) -> list[AssignJob]:
+    """Claim up to ``limit`` of the worker's queued jobs (as ``claim_next_assigns``,
+    recording ``claimed_by``); when there are none, wait until any process queues one and
+    claim what is there then. An empty list once ``timeout_s`` passed."""
     require_id(worker_agent, "worker_agent")
     require_int(limit, "limit", minimum=1, maximum=MAX_BATCH)
+    by = claimer(claimed_by)
     refuse_inside_unit_of_work(scope, "wait_for_assigns")
     return claim_waiting(scope, worker_agent, timeout_s,
-                         lambda tx: claim_next_assigns(tx, worker_agent, limit))
+                         lambda tx: claim_next_assigns(tx, worker_agent, limit, by))
 
 
 def claim_waiting(scope: Scope, worker_agent: str, timeout_s: float | None,

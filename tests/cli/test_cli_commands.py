@@ -388,7 +388,15 @@ def test_jobs(db_url: URL, busy_hub: HubStore, read_only: None, options: list[st
     assert len(jobs) == expected
     run = hubstore("jobs", *options, "--json", url=db_url)
     assert (run.returncode, run.stderr) == (0, "")
-    assert json.loads(run.stdout) == _documents(jobs)
+    documents = json.loads(run.stdout)
+    # Every column: the reference's (to_dict()) and hubstore's own, with why and due_ms.
+    assert [{k: d[k] for k in job} for d, job in zip(documents, _documents(jobs),
+                                                      strict=True)] == _documents(jobs)
+    for document, job in zip(documents, jobs, strict=True):
+        assert {"limit_key", "unique_key", "not_before_ms", "why", "due_ms"} <= set(document)
+        assert document["limit_key"] == job.limit_key
+        assert document["why"] == ("" if job.status != "queued" else
+                                   f"due: waiting for worker {job.worker_agent!r} to claim it")
     lines = hubstore("jobs", *options, url=db_url).stdout.splitlines()
     assert [line.split("\t")[:3] for line in lines] == [
         [j.job_id, j.status, j.worker_agent] for j in jobs]
@@ -634,9 +642,10 @@ def test_piped_jobs_keep_each_uuid_on_one_line(db_url: URL, wordy_hub: HubStore,
         run = piped("jobs", grep=job.job_id, url=db_url)
         assert (run.returncode, run.stderr) == (0, "")
         assert run.stdout.split("\t") == [
-            job.job_id, "queued", "codex-1", "lead-supervisor", job.task, "1",
+            job.job_id, "queued", "codex-1", "lead-supervisor", "", job.task, "1",
             datetime.fromtimestamp(job.updated_at_ms / 1000, UTC).strftime(
-                "%Y-%m-%d %H:%M:%S"), "", "\n"]  # (due and why: empty, due now)
+                "%Y-%m-%d %H:%M:%S"), "",  # (due: empty, due now)
+            "due: waiting for worker 'codex-1' to claim it\n"]
     lines = hubstore("jobs", url=db_url).stdout.splitlines()
     assert [line.split("\t")[0] for line in lines] == [j.job_id for j in jobs]
 
@@ -700,14 +709,25 @@ def in_terminal(*args: str, url: URL, columns: int) -> str:
 
 def test_a_terminal_table_never_splits_an_id(db_url: URL, wordy_hub: HubStore,
                                              read_only: None) -> None:
-    """80 columns cannot hold a job's row: one block of lines per job. 200 can: a table.
-    Either way each id is whole on one line, and nothing is cut short."""
+    """80 columns cannot hold a job's row: one block of lines per job, without the
+    optional lines that are empty. 120 hold a table without the optional columns, which
+    says what it left out; 200, the whole table. Either way each id is whole on one
+    line, and nothing is cut short."""
     jobs = wordy_hub.list_assigns()
     narrow = in_terminal("jobs", url=db_url, columns=80)
     assert narrow.startswith("assign jobs (3)\n")
     assert max(len(line) for line in narrow.splitlines()) <= 80
     for job in jobs:
         assert re.search(rf"^job +{job.job_id} *$", narrow, re.MULTILINE)
+    assert "due (UTC)" not in narrow  # (empty: no line)
+    assert len(re.findall(r"^why +due: waiting for worker 'codex-1' to claim it *$", narrow,
+                          re.MULTILINE)) == 3
+    middle = in_terminal("jobs", url=db_url, columns=120)
+    assert max(len(line) for line in middle.splitlines()) <= 120
+    assert "┃ job " in middle and "┃ task " in middle and "┃ why " in middle
+    assert "┃ supervisor " not in middle and "too narrow for supervisor" in middle
+    for job in jobs:
+        assert re.search(rf"^│ {job.job_id} │ queued +│ codex-1 ", middle, re.MULTILINE)
     wide = in_terminal("jobs", url=db_url, columns=200)
     assert "┃ job " in wide and "┃ task " in wide
     for job in jobs:
@@ -768,9 +788,29 @@ def test_jobs_say_when_and_why_a_queued_job_is_not_due(db_url: URL, store: HubSt
     due_now = store.assign_async("lead", "w3", task="now")
     lines = {line.split("\t")[0]: line.split("\t")
              for line in hubstore("jobs", url=db_url).stdout.splitlines()}
-    assert lines[scheduled.job_id][7:] == [when(later), "scheduled"]
-    assert lines[failed.job_id][8] == "back-off after retry 1"
-    assert lines[due_now.job_id][7:] == ["", ""]
+    assert lines[scheduled.job_id][8:] == [when(later), f"scheduled: due {when(later)} UTC"]
+    assert lines[failed.job_id][9].startswith("back-off after retry 1: due ")
+    assert lines[failed.job_id][4] == present(store.get_assign(failed.job_id)).claimed_by
+    assert lines[due_now.job_id][8:] == ["", "due: waiting for worker 'w3' to claim it"]
+    # The console's words, from the same function (issue 40 point 5).
+    as_json = {d["job_id"]: d for d in json.loads(hubstore("jobs", "--json",
+                                                           url=db_url).stdout)}
+    assert as_json[scheduled.job_id]["due_ms"] == later
+    assert as_json[due_now.job_id]["why"] == "due: waiting for worker 'w3' to claim it"
+
+
+def test_jobs_say_which_limit_holds_a_job(db_url: URL, store: HubStore) -> None:
+    """A due job whose limit is full says so, with the limit's figures, as the console
+    does."""
+    store.set_assign_limit("codex", max_running=1)
+    store.assign_async("lead", "w1", task="first", limit_key="codex")
+    held = store.assign_async("lead", "w1", task="second", limit_key="codex")
+    assert present(store.claim_next_assign("w1", claimed_by="pod-7")).task == "first"
+    lines = {line.split("\t")[0]: line.split("\t")
+             for line in hubstore("jobs", url=db_url).stdout.splitlines()}
+    assert lines[held.job_id][9] == "limit codex: 1/1 running"
+    running = next(line for line in lines.values() if line[1] == "running")
+    assert running[4] == "pod-7"  # who holds it (issue 40 point 11)
 
 
 def test_jobs_cancel_and_retry(db_url: URL, store: HubStore) -> None:

@@ -28,7 +28,8 @@ VALID: dict[str, Any] = {
     "team": "team-1", "trace": "tr-1", "correlation": "c-1", "cursor": None,
     "cli": "codex", "agent_status": "online", "msg_type": "event", "msg_status": "queued",
     "assign_status": "queued", "human_kind": "approval", "human_state": "accepted",
-    "human_action": "decline", "reflexion_type": "reflexion", "topic": "t.a",
+    "human_action": "decline", "reflexion_type": "reflexion", "timeout_from": "create",
+    "topic": "t.a",
     "topics": ["t.a"], "text": "hello", "opt_text": "x", "opt_id": "id-1",
     "json": {"k": 1}, "object": {"k": 1}, "list": ["x"], "pid": 1, "count": 1,
     "opt_count": 1, "duration": 1_000, "time": None, "opt_time": 1_000, "priority": 5,
@@ -47,7 +48,7 @@ VALID: dict[str, Any] = {
 TEXT_KINDS = {"agent", "message", "job", "request", "entry", "team", "trace", "correlation",
               "topic", "text", "opt_text", "opt_id", "cli", "agent_status", "msg_type",
               "msg_status", "assign_status", "human_kind", "human_state", "human_action",
-              "reflexion_type", "reported", "limit_key"}
+              "reflexion_type", "timeout_from", "reported", "limit_key"}
 
 
 def text_calls() -> list[tuple[str, str]]:

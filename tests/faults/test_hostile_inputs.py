@@ -44,6 +44,7 @@ from hubstore.models import (
     MESSAGE_STATUSES,
     MESSAGE_TYPES,
     REFLEXION_TYPES,
+    TIMEOUT_FROM,
     Agent,
     AssignJob,
     Base,
@@ -165,7 +166,8 @@ def valid(kind: str, pools: Pools) -> st.SearchStrategy[Any]:
              "msg_status": MESSAGE_STATUSES, "assign_status": ASSIGN_STATUSES,
              "human_kind": HUMAN_KINDS, "human_state": HUMAN_STATES,
              "human_answer": tuple(s for s in HUMAN_STATES if s != "pending"),
-             "human_action": HUMAN_DEFAULT_ACTIONS, "reflexion_type": REFLEXION_TYPES}
+             "human_action": HUMAN_DEFAULT_ACTIONS, "reflexion_type": REFLEXION_TYPES,
+             "timeout_from": TIMEOUT_FROM}
     if kind in enums:
         return st.sampled_from(list(enums[kind]))
     if kind in pools.ids:
@@ -242,7 +244,8 @@ ENUMS: dict[tuple[str, ...], str] = {
     AGENT_CLIS: "cli", AGENT_STATUSES: "agent_status", MESSAGE_TYPES: "msg_type",
     MESSAGE_STATUSES: "msg_status", ASSIGN_STATUSES: "assign_status",
     HUMAN_KINDS: "human_kind", HUMAN_STATES: "human_state",
-    HUMAN_DEFAULT_ACTIONS: "human_action", REFLEXION_TYPES: "reflexion_type"}
+    HUMAN_DEFAULT_ACTIONS: "human_action", REFLEXION_TYPES: "reflexion_type",
+    TIMEOUT_FROM: "timeout_from"}
 #: A string that names a row an earlier call made, by the parameter's name (an ``id``
 #: by the method's module).
 ROW_IDS = {"agent_id": "agent", "job_id": "job", "message_id": "message",

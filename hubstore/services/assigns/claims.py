@@ -10,6 +10,8 @@ is retried (or finished) without a sweeper of the application's own.
 from __future__ import annotations
 
 import functools
+import os
+import socket
 from typing import Any
 
 from sqlalchemy import (
@@ -136,7 +138,7 @@ def _claim_of(sql: SqlDialect, rooms: CTE, candidates: CTE) -> Any:
     claim = (update(_jobs)
              .where(sql.one_of(_c.job_id, select(chosen.c.job_id)))
              .values(status="running", updated_at_ms=start, limit_share=share,
-                     **running_times(start))
+                     claimed_by=bindparam("p_claimer"), **running_times(start))
              .returning(*_c))
     if counted is not None:
         claim = claim.add_cte(counted)
@@ -179,7 +181,7 @@ def plain_claim_statement() -> Prepared:
                .where(_c.job_id == any_(func.array(select(candidates.c.job_id)
                                                    .scalar_subquery())))
                .values(status="running", updated_at_ms=NOW, limit_share=None,
-                       **running_times(NOW))
+                       claimed_by=bindparam("p_claimer"), **running_times(NOW))
                .returning(*_c).cte("claimed"))
     rows = (select(*claimed.c).select_from(keyed.outerjoin(claimed, true()))
             .where(or_(keyed.c.keyed, claimed.c.job_id.is_not(None))))
@@ -294,11 +296,27 @@ def _claim_order(job: AssignJob) -> tuple[int, int, str]:
     return (-job.priority, job.created_at_ms, job.job_id)
 
 
-def _claimed(tx: Transaction, worker_agent: str, limit: int | None, now: int
-             ) -> list[AssignJob]:
+def this_process() -> str:
+    """The claimer a claim records when its worker names none: ``host:pid``."""
+    return f"{_HOST}:{os.getpid()}"
+
+
+_HOST = socket.gethostname()
+
+
+def claimer(claimed_by: object) -> str:
+    """The claimer to record: ``claimed_by`` checked (a non-empty string, as an id), else
+    this process."""
+    return this_process() if claimed_by is None else require_id(claimed_by, "claimed_by")
+
+
+def _claimed(tx: Transaction, worker_agent: str, limit: int | None, now: int,
+             claimed_by: str) -> list[AssignJob]:
     """Claim the worker's next job (``limit`` None) or up to ``limit`` of them, in
-    claim order, their listeners told after the commit."""
-    params = {"p_worker": worker_agent, "p_now": now, "p_limit": limit or 1}
+    claim order, recording ``claimed_by`` as their claimer, their listeners told after
+    the commit."""
+    params = {"p_worker": worker_agent, "p_now": now, "p_limit": limit or 1,
+              "p_claimer": claimed_by}
     if tx.sql.split_claim_indexes:
         found = _split_claimed(tx, worker_agent, params)
     else:
@@ -333,16 +351,17 @@ def _split_claimed(tx: Transaction, worker_agent: str, params: dict[str, Any]
     return jobs
 
 
-def _claim(scope: Scope, worker_agent: str, limit: int | None) -> list[AssignJob]:
+def _claim(scope: Scope, worker_agent: str, limit: int | None, claimed_by: str
+           ) -> list[AssignJob]:
     """A claim, with the stalled jobs taken back first when this store's look is due
     (one transaction), else alone (one statement: one round trip in autocommit)."""
     now = now_ms()
     if rescue_due(scope.db, now):
         with scope.transaction() as tx:
             rescue_stalled(tx, now)
-            return _claimed(tx, worker_agent, limit, now)
+            return _claimed(tx, worker_agent, limit, now, claimed_by)
     with scope.one_statement() as tx:
-        return _claimed(tx, worker_agent, limit, now)
+        return _claimed(tx, worker_agent, limit, now, claimed_by)
 
 
 #: A due job of the worker that no full limit holds: where claimers run side by side,
@@ -375,7 +394,8 @@ def claimable(scope: Scope, worker_agent: str, full: list[str]) -> bool:
                                 "p_full": full}) is not None
 
 
-def claim_next_assign(scope: Scope, worker_agent: str) -> AssignJob | None:
+def claim_next_assign(scope: Scope, worker_agent: str, claimed_by: str | None = None
+                      ) -> AssignJob | None:
     """The worker's highest-priority, then oldest, queued job that is due (its
     not_before_ms passed, if it has one), now running.
 
@@ -383,19 +403,24 @@ def claim_next_assign(scope: Scope, worker_agent: str) -> AssignJob | None:
     claims under the database write lock. Two claimers never get the same job. Jobs
     whose deadline passed (a crashed worker's) are timed out first, as
     ``sweep_timed_out_assigns`` does: retried while retries remain.
+
+    The job records its claimer (``claimed_by``): the id the worker gives, else this
+    process's ``host:pid``.
     """
     require_id(worker_agent, "worker_agent")
-    jobs = _claim(scope, worker_agent, None)
+    jobs = _claim(scope, worker_agent, None, claimer(claimed_by))
     return jobs[0] if jobs else None
 
 
-def claim_next_assigns(scope: Scope, worker_agent: str, limit: int = 10) -> list[AssignJob]:
+def claim_next_assigns(scope: Scope, worker_agent: str, limit: int = 10,
+                       claimed_by: str | None = None) -> list[AssignJob]:
     """Up to ``limit`` of the worker's due queued jobs, now running, in one statement, in
     claim order (as ``claim_next_assign`` would take them one by one). Two claimers never
     get the same job. An empty list when none is queued. Stalled jobs are taken back
-    first, as in ``claim_next_assign``."""
+    first, as in ``claim_next_assign``, and each records its claimer as there."""
     require_id(worker_agent, "worker_agent")
-    return _claim(scope, worker_agent, batch_size(limit, "limit"))
+    size = batch_size(limit, "limit")
+    return _claim(scope, worker_agent, size, claimer(claimed_by))
 
 
 #: When the worker's next scheduled job (queued, not due yet) becomes due.

@@ -10,13 +10,13 @@ from typing import Any, Unpack, cast
 
 from hubstore import assign_rules as rules
 from hubstore.ids import now_ms, uuidv7
-from hubstore.models import ASSIGN_STATUSES, AssignJob
+from hubstore.models import ASSIGN_STATUSES, TIMEOUT_FROM, AssignJob
 from hubstore.services.assigns.batches import batch_items
 from hubstore.services.assigns.handoffs import create_and_dispatch, dispatch
 from hubstore.services.assigns.limits import check_limit_key
 from hubstore.services.assigns.rows import insert_job, read_job
 from hubstore.transaction import Scope
-from hubstore.types import AssignStatus, NewAssign
+from hubstore.types import AssignStatus, NewAssign, TimeoutFrom
 from hubstore.validation import (
     as_number,
     clamp,
@@ -44,7 +44,8 @@ def create_assign(scope: Scope, supervisor_agent: str, worker_agent: str,
                   last_message_id: str | None = None, result: Any = None,
                   error: Any = None, job_id: str | None = None,
                   not_before_ms: int | None = None, retry_backoff_ms: int = 0,
-                  limit_key: str | None = None, unique_key: str | None = None) -> AssignJob:
+                  limit_key: str | None = None, unique_key: str | None = None,
+                  timeout_from: TimeoutFrom = "create") -> AssignJob:
     """A new job. Priority, timeout and ttl are clamped, as in the reference
     (JavaScript's Number() reads them: a non-number falls back to the default).
 
@@ -59,7 +60,10 @@ def create_assign(scope: Scope, supervisor_agent: str, worker_agent: str,
     twice as long as the one before, at most 24 hours); ``limit_key``, the assign
     limit it counts against (``set_assign_limit``; None: unlimited); ``unique_key``,
     a key no two queued or running jobs share: while one holds it, this call writes
-    nothing and returns that job, its ``deduplicated`` True.
+    nothing and returns that job, its ``deduplicated`` True; ``timeout_from``, when its
+    timeout starts: "create" (the reference's: its deadline is set now, so time queued
+    counts), or "claim" (a run timeout: no deadline while queued; each claim sets it to
+    the start + ``timeout_ms``).
     """
     # (the keyword arguments as given: the signature above is their one list)
     fields = cast(NewAssign, {name: value for name, value in locals().items()
@@ -109,6 +113,10 @@ def new_job(supervisor_agent: str, worker_agent: str, fields: NewAssign
     deadline = None if deadline_ms is None else as_number(deadline_ms)
     if deadline is not None:
         deadline = require_int(int(deadline), "deadline_ms")
+    timeout_from = given["timeout_from"]
+    require_enum(timeout_from, TIMEOUT_FROM, "timeout_from")
+    # A run timeout (from the claim): no deadline while queued, unless one is given.
+    runs_only = timeout_from == "claim" and status == rules.CLAIMABLE
 
     def make_row(now: int) -> dict[str, Any]:
         return {
@@ -124,7 +132,7 @@ def new_job(supervisor_agent: str, worker_agent: str, fields: NewAssign
             "max_retries": retry_limit,
             "priority": clamp(priority, 5, 1, 9),
             "ttl_ms": rules.clamp_timeout(ttl_ms, timeout), "timeout_ms": timeout,
-            "deadline_ms": (int(deadline) if deadline is not None
+            "deadline_ms": (int(deadline) if deadline is not None else None if runs_only
                             else max(now, not_before or now) + timeout),
             "trace_id": trace_id or uuidv7(), "correlation_id": correlation_id or uuidv7(),
             "last_message_id": last_message_id, "result": result, "error": error,
@@ -134,6 +142,7 @@ def new_job(supervisor_agent: str, worker_agent: str, fields: NewAssign
             "last_retry_at_ms": now if retries > 0 else None,
             "not_before_ms": not_before, "retry_backoff_ms": backoff,
             "limit_key": limit_key, "unique_key": unique_key, "limit_share": None,
+            "timeout_from": timeout_from, "claimed_by": None,
         }
 
     return make_row

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, and_, or_, select, union_all
@@ -175,3 +176,25 @@ def job_waiting_reason(job: AssignJob, limits: Mapping[str, AssignLimit], now: i
     """:func:`waiting_reason` of an :class:`AssignJob` as the store returns it."""
     return waiting_reason({name: getattr(job, name) for name in _WAITING_FIELDS}, limits,
                           now)
+
+
+def waiting_text(job: AssignJob, limits: Mapping[str, AssignLimit], now: int) -> str:
+    """Why a queued job is not running yet, in the words the console's jobs pages and
+    ``hubstore jobs`` both print ('' for a job that is not queued): when it becomes due
+    and why, the limit that holds it, or, when nothing holds it, that it waits for its
+    worker to claim it (no worker of that name is claiming, or all of them are busy)."""
+    if job.status != rules.CLAIMABLE:
+        return ""
+    at, why = job_waiting_reason(job, limits, now)
+    if at is not None:
+        return f"{why}: due {utc_text(at)} UTC"
+    return why or f"due: waiting for worker {job.worker_agent!r} to claim it"
+
+
+def utc_text(ms: int) -> str:
+    """A millisecond time for people, in UTC (``2026-12-05 07:55:30``; the number itself
+    for one no calendar holds)."""
+    try:
+        return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, OSError, ValueError):
+        return str(ms)

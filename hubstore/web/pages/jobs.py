@@ -14,10 +14,10 @@ from starlette.routing import Route
 from hubstore import assign_rules as rules
 from hubstore.errors import HubStoreError, RetryExhausted, ValidationError
 from hubstore.ids import now_ms
-from hubstore.models import ASSIGN_STATUSES, AssignJob, AssignLimit
-from hubstore.services.assigns.listing import job_waiting_reason
+from hubstore.models import ASSIGN_STATUSES
+from hubstore.services.assigns.listing import waiting_text
 from hubstore.services.console_reads import JobFilters
-from hubstore.web.console import back, checked_form, console_of, failed, field, render, when
+from hubstore.web.console import back, checked_form, console_of, failed, field, render
 
 log = logging.getLogger("hubstore.web")
 REQUESTED_BY = "console"
@@ -52,21 +52,11 @@ async def _list_context(request: Request) -> dict[str, Any]:
     if page.next is not None:
         next_url = request.url_for("jobs").include_query_params(**query, after=page.next)
     return {"page": page, "filters": filters, "statuses": ASSIGN_STATUSES,
-            "waiting": {job.job_id: _why(job, limits, now) for job in page.jobs},
+            "waiting": {job.job_id: waiting_text(job, limits, now) for job in page.jobs},
             "next_url": next_url, "first_page": cursor is None,
             "first_url": request.url_for("jobs").include_query_params(**query),
             "live_url": request.url_for("jobs_live").include_query_params(
                 **request.query_params), "now": now}
-
-
-def _why(job: AssignJob, limits: dict[str, AssignLimit], now: int) -> str:
-    """Why a queued job is not taken yet, for people ('' when it is not queued)."""
-    if job.status != rules.CLAIMABLE:
-        return ""
-    at, why = job_waiting_reason(job, limits, now)
-    if at is not None:
-        return f"{why}: due {when(at)} UTC"
-    return why or f"due: waiting for worker {job.worker_agent!r} to claim it"
 
 
 async def _page(request: Request, template: str) -> Response:
@@ -98,7 +88,8 @@ async def _job_context(request: Request) -> dict[str, Any] | None:
     now = now_ms()
     held = limits.get(job.limit_key) if job.limit_key is not None else None
     retryable = job.status in rules.RETRYABLE
-    return {"job": job, "messages": trace.messages, "waiting": _why(job, limits, now), "now": now,
+    return {"job": job, "messages": trace.messages, "waiting": waiting_text(job, limits, now),
+            "now": now,
             "limit": held.to_dict() if held is not None else None,
             "can_retry": retryable and job.retry_count < job.max_retries,
             "can_force": retryable and job.retry_count >= job.max_retries,
