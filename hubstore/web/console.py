@@ -163,6 +163,13 @@ def _notices() -> dict[str, str]:
 NOTICES = _notices()
 
 
+def kept_query(request: Request, *dropped: str) -> dict[str, str]:
+    """The page's query for its own live part or first page: without ``notice`` (a
+    one-time banner, never carried into another URL) and without ``dropped``."""
+    return {k: v for k, v in request.query_params.items()
+            if k != "notice" and k not in dropped}
+
+
 def back(request: Request, name: str, notice: str, **query: str) -> RedirectResponse:
     """303 to a page (Post/Redirect/Get) with a short notice (one of :data:`NOTICES`,
     passed as its code; another shows none)."""

@@ -17,7 +17,15 @@ from hubstore.ids import now_ms
 from hubstore.models import ASSIGN_STATUSES
 from hubstore.services.assigns.listing import waiting_text
 from hubstore.services.console_reads import JobFilters
-from hubstore.web.console import back, checked_form, console_of, failed, field, render
+from hubstore.web.console import (
+    back,
+    checked_form,
+    console_of,
+    failed,
+    field,
+    kept_query,
+    render,
+)
 
 log = logging.getLogger("hubstore.web")
 REQUESTED_BY = "console"
@@ -56,7 +64,7 @@ async def _list_context(request: Request) -> dict[str, Any]:
             "next_url": next_url, "first_page": cursor is None,
             "first_url": request.url_for("jobs").include_query_params(**query),
             "live_url": request.url_for("jobs_live").include_query_params(
-                **request.query_params), "now": now}
+                **kept_query(request)), "now": now}
 
 
 async def _page(request: Request, template: str) -> Response:
@@ -78,7 +86,10 @@ async def jobs_live(request: Request) -> Response:
 async def _job_context(request: Request) -> dict[str, Any] | None:
     store = console_of(request).store
     job_id = request.query_params.get("id", "")
-    job = await store.get_assign(job_id) if job_id else None
+    try:
+        job = await store.get_assign(job_id) if job_id else None
+    except ValidationError:  # an id no job can have (a NUL, too long): none such
+        job = None
     if job is None:
         return None
     cursor = request.query_params.get("after") or None
@@ -98,7 +109,7 @@ async def _job_context(request: Request) -> dict[str, Any] | None:
                 after=trace.next),
             "trace_first_url": None if cursor is None else here,
             "live_url": request.url_for("job_live").include_query_params(
-                **request.query_params)}
+                **kept_query(request))}
 
 
 async def _job_page(request: Request, template: str) -> Response:

@@ -15,7 +15,15 @@ from hubstore.errors import HubStoreError, ValidationError
 from hubstore.models import REFLEXION_TYPES, ReflexionEntry
 from hubstore.reflexion import lookup_solution
 from hubstore.store import HubStore
-from hubstore.web.console import back, checked_form, console_of, failed, field, render
+from hubstore.web.console import (
+    back,
+    checked_form,
+    console_of,
+    failed,
+    field,
+    kept_query,
+    render,
+)
 
 log = logging.getLogger("hubstore.web")
 #: Entries a page shows (page_reflexion: list_reflexion's order, a page at a time).
@@ -64,7 +72,7 @@ async def reflexion(request: Request) -> Response:
         "project_slug": slug, "min_confidence": minimum, "next_url": next_url,
         "first_page": cursor is None,
         "first_url": request.url_for("reflexion").include_query_params(
-            **{k: v for k, v in q.items() if k != "after"})})
+            **kept_query(request, "after"))})
 
 
 async def entry(request: Request) -> Response:
