@@ -51,10 +51,13 @@ class Stalling:
 
 
 @contextmanager
-def context_of(browser: Any) -> Iterator[Any]:  # noqa: F811
+def context_of(browser: Any, url: str) -> Iterator[Any]:  # noqa: F811
+    """A browser context signed in to the console at ``url`` (its sign-in tab stays
+    open: one more tab on the shared stream)."""
     context = browser.new_context()
     context.set_default_timeout(15_000)
     try:
+        sign_in(context.new_page(), url)
         yield context
     finally:
         context.close()
@@ -66,7 +69,7 @@ def test_eight_tabs_of_one_browser_load_and_navigate_on_one_stream(
     app = create_app(store, token=TOKEN)
     paths = ["/", "/jobs", f"/job?id={job.job_id}", "/human-requests", "/dead-letters",
              "/reflexion", "/", "/jobs"]
-    with serving(app) as url, context_of(browser) as context:
+    with serving(app) as url, context_of(browser, url) as context:
         pages = []
         for path in paths[:TABS]:
             page = context.new_page()
@@ -88,7 +91,7 @@ def test_a_stalled_stream_flips_the_badge(browser: Any, store: HubStore,  # noqa
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(streams, "KEEPALIVE_S", 0.5)  # not live after 1.5 s unheard
     proxy = Stalling(create_app(store, token=TOKEN))
-    with serving(proxy) as url, context_of(browser) as context:
+    with serving(proxy) as url, context_of(browser, url) as context:
         page = context.new_page()
         page.goto(f"{url}/")
         settled(page)
@@ -117,7 +120,7 @@ def test_the_jobs_list_holds_still_under_the_pointer(browser: Any,  # noqa: F811
     store.assign_many("lead", "w1", [{"task": f"job {i}"} for i in range(400)])
     stop = threading.Event()
     worker = threading.Thread(target=_finishing(store, stop), daemon=True)
-    with serving(create_app(store, token=TOKEN)) as url, context_of(browser) as context:
+    with serving(create_app(store, token=TOKEN)) as url, context_of(browser, url) as context:
         page = context.new_page()
         page.goto(f"{url}/jobs")
         settled(page)
@@ -169,10 +172,9 @@ def test_no_page_breaks_its_content_policy(browser: Any, store: HubStore) -> Non
     paths = ["/", "/jobs", f"/job?id={job.job_id}", "/human-requests", "/dead-letters",
              "/reflexion", f"/reflexion/entry?id={entry.id}", "/messages",
              "/messages?agent=w1", f"/messages?trace_id={job.trace_id}", "/login"]
-    with serving(create_app(store, token=TOKEN)) as url, context_of(browser) as context:
+    with serving(create_app(store, token=TOKEN)) as url, context_of(browser, url) as context:
         context.add_init_script(CSP_SPY)
         page = context.new_page()
-        sign_in(page, url)
         for path in paths:
             page.goto(url + path)
             settled(page)
@@ -183,9 +185,8 @@ def test_no_page_breaks_its_content_policy(browser: Any, store: HubStore) -> Non
 def test_destructive_actions_ask_first(browser: Any, store: HubStore) -> None:  # noqa: F811
     queued = store.create_assign("lead", "w1", task="t")
     request = store.insert_human_request("a", "approval", "ship?")
-    with serving(create_app(store, token=TOKEN)) as url, context_of(browser) as context:
+    with serving(create_app(store, token=TOKEN)) as url, context_of(browser, url) as context:
         page = context.new_page()
-        sign_in(page, url)
         asked: list[str] = []
 
         def answer(accept: bool) -> Callable[[Any], None]:
@@ -217,7 +218,7 @@ def test_table_columns_keep_their_words_whole(browser: Any,  # noqa: F811
     for i in range(5):
         store.create_assign("supervisor-with-a-long-name", f"worker-{i}",
                             task="approval from lead " * 12, status="failed")
-    with serving(create_app(store, token=TOKEN)) as url, context_of(browser) as context:
+    with serving(create_app(store, token=TOKEN)) as url, context_of(browser, url) as context:
         page = context.new_page()
         page.set_viewport_size({"width": 700, "height": 900})
         page.goto(f"{url}/jobs")
@@ -247,11 +248,27 @@ def test_saving_a_reflexion_entry_unchanged_in_the_browser_changes_nothing(
     entry = store.add_reflexion(pattern, "KeyError: 'a'\r\nat line 3", "\nuse .get()\n",
                                 solution_code="d.get('a')\r\n")
     before = store.get_reflexion(entry.id).to_dict()  # type: ignore[union-attr]
-    with serving(create_app(store, token=TOKEN)) as url, context_of(browser) as context:
+    with serving(create_app(store, token=TOKEN)) as url, context_of(browser, url) as context:
         page = context.new_page()
-        sign_in(page, url)
         page.goto(f"{url}/reflexion/entry?id={entry.id}")
         page.get_by_role("button", name="Save").click()
         page.wait_for_selector("text=saved")
     assert store.get_reflexion(entry.id).to_dict() == before  # type: ignore[union-attr]
     assert [e.id for e in store.find_reflexion_exact(pattern)] == [entry.id]
+
+
+def test_a_sign_in_beside_a_signed_out_tab_goes_live(browser: Any,  # noqa: F811
+                                                     store: HubStore) -> None:
+    """A tab on the sign-in page shares the stream that the server refused (401, which an
+    EventSource never retries); the tab that signs in opens it again."""
+    with serving(create_app(store, token=TOKEN)) as url:
+        context = browser.new_context()
+        context.set_default_timeout(15_000)
+        try:
+            waiting = context.new_page()
+            waiting.goto(f"{url}/login")
+            waiting.wait_for_selector("body[data-live=error]")
+            sign_in(context.new_page(), url)
+            settled(context.pages[1])
+        finally:
+            context.close()
