@@ -20,7 +20,7 @@ from hubstore import HubStore
 from hubstore.aio import AsyncHubStore
 from hubstore.ids import now_ms
 from hubstore.web import create_app, guard
-from hubstore.web.pages import live
+from hubstore.web import stream as streams
 from tests.console.web_helpers import TOKEN, csrf, post, sign_in
 from tests.helpers import present
 
@@ -351,7 +351,7 @@ def _csrf_in(page: str) -> str:
 def test_a_stream_ends_once_its_session_is_signed_out(client: TestClient, store: HubStore,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(guard, "STREAM_RECHECK_S", 0.0)
-    monkeypatch.setattr(live, "KEEPALIVE_S", 0.05)
+    monkeypatch.setattr(streams, "KEEPALIVE_S", 0.05)
     sign_in(client)
     cookie = f"hubstore_console={client.cookies.get('hubstore_console')}"
     app = create_app(store, token=TOKEN)

@@ -15,7 +15,7 @@ from starlette.testclient import TestClient
 
 from hubstore import HubStore, ValidationError
 from hubstore.ids import now_ms
-from tests.console.web_helpers import csrf, post
+from tests.console.web_helpers import TOKEN, csrf, post
 from tests.factories import AssignJobFactory, MessageFactory
 from tests.helpers import present
 
@@ -47,7 +47,8 @@ def test_page_messages_by_trace_pages_a_trace_oldest_first(store: HubStore) -> N
 
 
 def test_the_job_page_holds_one_page_of_its_trace_and_links_the_next(
-        client: TestClient, store: HubStore) -> None:
+        operator: TestClient, store: HubStore) -> None:
+    client = operator
     job = store.create_assign("lead", "w1", task="t")
     ids = [MessageFactory.create(trace_id=job.trace_id, created_at_ms=1_000 + i).id
            for i in range(230)]
@@ -68,7 +69,8 @@ def test_the_job_page_holds_one_page_of_its_trace_and_links_the_next(
     assert client.get(f"/job?id={job.job_id}&after=bad").status_code == 400
 
 
-def test_the_messages_page_pages_a_trace(client: TestClient, store: HubStore) -> None:
+def test_the_messages_page_pages_a_trace(operator: TestClient, store: HubStore) -> None:
+    client = operator
     trace = "trace-of-many"
     for i in range(110):
         MessageFactory.create(trace_id=trace, created_at_ms=1_000 + i)
@@ -123,7 +125,7 @@ def test_saving_a_reflexion_entry_unchanged_changes_nothing(operator: TestClient
 
 
 def _samples(client: TestClient) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    text = client.get("/metrics").text
+    text = client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).text
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
 
