@@ -45,8 +45,6 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
 
-
-
 class HasEngine(Protocol):
     """The store's shared state, as far as running a statement needs it."""
 

@@ -300,6 +300,8 @@ class AssignJob(Base):
         under its ``unique_key`` and wrote no new one; False for a job it wrote (and for
         every job read otherwise)."""
         return bool(self.__dict__.get(DEDUPLICATED, False))
+
+
 #: When an assign job's timeout starts (revision 0020's ``timeout_from``).
 TIMEOUT_FROM = ("create", "claim")
 #: The statuses a unique key holds in (revision 0014's partial unique index).
@@ -539,7 +541,6 @@ class ReflexionEntry(Base):
 Index("idx_reflexion_confidence", ReflexionEntry.confidence.desc())
 
 
-
 class MessageLog(Base):
     """Revision 0007: every message's position in commit order (message feeds).
 
@@ -597,6 +598,7 @@ metadata = Base.metadata
 def table_of(model: type[Base]) -> Table:
     """A model's Table, typed as one (``__table__`` is typed as a plain FromClause)."""
     return cast(Table, model.__table__)
+
 
 __all__ = [
     "Agent",

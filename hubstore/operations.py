@@ -175,7 +175,6 @@ class HubOperations:
     count_messages_before = retention.count_messages_before
 
 
-
 class StoreOperations(HubOperations):
     """The store methods of the store only (API.md: "these wait, so they are store
     methods only", not unit-of-work methods): waiting for other processes' commits.

@@ -411,7 +411,6 @@ class Transaction:
                 log.exception("after-commit action %r failed", action)
 
 
-
 class JoinedTransaction(Transaction):
     """A transaction inside an application's own one: its Session's (or its
     Connection's), on the same database. A writing block is a SAVEPOINT of that

@@ -7,8 +7,6 @@ from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
 import alembic.command
-import alembic.context
-import alembic.op
 from sqlalchemy import Connection
 from sqlalchemy.engine import URL
 

@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import Any, NamedTuple
 
-import alembic.command
 import alembic.context
 import alembic.op
 from alembic.config import Config

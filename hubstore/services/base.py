@@ -35,7 +35,6 @@ def update_row(tx: Transaction, table: Table, key: str, **values: Any) -> bool:
     return bool(result.rowcount)
 
 
-
 @functools.cache
 def _insert_new(sql: SqlDialect, table: Table) -> Prepared:
     """The INSERT of a row that writes nothing when its primary key is taken."""

@@ -191,7 +191,6 @@ def record_message(scope: Scope, type: str, from_agent: str, to_agent: str, topi
         return from_row(Message, row)
 
 
-
 def message_row(id: str, now: int, *, type: str, from_agent: str, to_agent: str, topic: str,
                 priority: int, ttl_ms: int, payload: Any, trace_id: str, correlation_id: str,
                 status: str) -> dict[str, Any]:

@@ -125,8 +125,6 @@ def _substring_match(sql: SqlDialect, trigram: bool) -> list[ColumnElement[bool]
     return conditions
 
 
-
-
 @functools.lru_cache(maxsize=256)
 def find_statements(sql: SqlDialect, signature: ContextSignature,
                     trigram: bool) -> tuple[Prepared, Prepared]:

@@ -97,6 +97,7 @@ def queue_ages(store: HubStore, workers: Sequence[tuple[str, int, int]]) -> dict
     with store.transaction(write=False) as uow:
         return oldest_queued(uow, [worker for worker, queued, _ in workers if queued])
 
+
 __all__ = ["CONTENT_TYPE_LATEST", "Tally", "exposition", "queue_ages"]
 
 

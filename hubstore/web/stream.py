@@ -43,6 +43,7 @@ def stall_ms() -> int:
     two beats missed, and one more as slack."""
     return int(3 * KEEPALIVE_S * 1000)
 
+
 T = TypeVar("T")
 
 

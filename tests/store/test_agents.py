@@ -87,6 +87,7 @@ def test_listing_by_status_and_topic(store: HubStore, backend: str) -> None:
     AgentFactory.create(agent_id="off", status="offline", topics=["t.a"])
     AgentFactory.create(agent_id="other", topics=["t.c"])
     # Insertion order on SQLite (as the reference's rowid order), the key elsewhere.
+
     def order(ids: list[str]) -> list[str]:
         return ids if backend == "sqlite" else sorted(ids)
 

@@ -57,6 +57,8 @@ _shares = table_of(AssignLimitShare)
 _c = _jobs.c
 #: A job with a start time is not due before it.
 _DUE = or_(_c.not_before_ms.is_(None), _c.not_before_ms <= NOW)
+
+
 @functools.cache
 def claim_statement(sql: SqlDialect) -> Prepared:
     """The claim, in one statement: up to p_limit of the worker's due queued jobs
