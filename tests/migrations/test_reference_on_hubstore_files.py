@@ -192,3 +192,30 @@ def test_the_reference_store_on_a_cancelled_job(tmp_path: Path) -> None:
         assert present(store.get_assign(job.job_id)).status == "running"
         assert store.get_audit_stats()["assign_running"] == 1
     assert health.check(make_url(url)) == []
+
+
+def test_the_references_getters_return_the_claimer_and_the_timeout_origin(
+        tmp_path: Path) -> None:
+    """Revision 0020 (docs/compatibility.md): the reference's getters return
+    ``timeout_from`` and ``claimed_by`` as stored; a job the reference writes takes
+    ``'create'`` (its own meaning) and no claimer, and hubstore reads it so."""
+    hub = reference_hub()
+    path, url = hub_file(tmp_path)
+    with HubStore.open(url) as store:
+        job = store.assign_async("lead", "w1", task="long", timeout_ms=60_000,
+                                 timeout_from="claim")
+        claimed = present(store.claim_next_assign("w1", claimed_by="runner-7"))
+        assert claimed.job_id == job.job_id
+    got, listed, theirs = run_reference(hub, path, [
+        ["getAssign", job.job_id],
+        ["listAssigns", {"worker_agent": "w1"}],
+        ["createAssign", {"supervisor_agent": "lead", "worker_agent": "w2", "task": "t"}],
+    ])
+    extra = {"timeout_from": "claim", "claimed_by": "runner-7"}
+    assert {k: got[k] for k in extra} == extra
+    assert {k: listed[0][k] for k in extra} == extra
+    assert {k: theirs.get(k) for k in extra} == {"timeout_from": "create",
+                                                 "claimed_by": None}
+    with HubStore.open(url) as store:
+        written = present(store.get_assign(theirs["job_id"]))
+        assert (written.timeout_from, written.claimed_by) == ("create", None)
