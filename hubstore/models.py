@@ -313,7 +313,8 @@ Index("ix_assign_jobs_limit_key", AssignJob.limit_key, AssignJob.started_at_ms,
 Index("idx_assign_jobs_status", AssignJob.status, AssignJob.updated_at_ms.desc())
 Index("idx_assign_jobs_supervisor", AssignJob.supervisor_agent, AssignJob.updated_at_ms.desc())
 Index("idx_assign_jobs_worker", AssignJob.worker_agent, AssignJob.updated_at_ms.desc())
-Index("idx_assign_jobs_deadline", AssignJob.deadline_ms, AssignJob.status)
+Index("idx_assign_jobs_deadline", AssignJob.deadline_ms, AssignJob.status,
+      postgresql_where=text("deadline_ms IS NOT NULL"))
 
 
 class AssignLimit(Base):

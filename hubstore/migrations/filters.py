@@ -24,6 +24,7 @@ MIGRATION_OWNED = frozenset({
     "queue_at_insert",  # 0009: a column of message_log on SQLite only
     "ix_assign_jobs_claim_keyed",  # 0019: PostgreSQL's claim index of keyed jobs
     "ix_assign_jobs_scheduled",  # 0019: PostgreSQL's index of scheduled queued jobs
+    "ix_assign_jobs_active_deadline",  # 0021: PostgreSQL's index of active deadlines
 })
 
 
@@ -40,7 +41,7 @@ def include_object(obj: Any, name: str | None, type_: str, reflected: bool,
 HUBSTORE_TABLES = frozenset(metadata.tables) | (MIGRATION_OWNED - {
     DEFAULT_VERSION_TABLE, "sqlite_sequence", "ix_reflexion_pattern_trgm",
     "ix_reflexion_project_slug", "queue_at_insert", "ix_assign_jobs_claim_keyed",
-    "ix_assign_jobs_scheduled"})
+    "ix_assign_jobs_scheduled", "ix_assign_jobs_active_deadline"})
 
 
 def include_app_name(name: str | None, type_: NameFilterType,

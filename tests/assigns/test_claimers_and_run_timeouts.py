@@ -163,7 +163,7 @@ def test_down_to_0019_and_up_again_keeps_every_job(db_url: URL) -> None:
         runs = store.assign_async("lead", "w2", task="u", timeout_from="claim")
     with pytest.raises(RuntimeError, match="time their run from the claim"):
         migrations.downgrade(db_url, "0019")
-    assert migrations.current(db_url) == "0020"
+    assert migrations.current(db_url) == migrations.head()  # refused: nothing moved
     with HubStore.open(db_url) as store:
         store.cancel_assign(runs.job_id)
     migrations.downgrade(db_url, "0019")

@@ -33,9 +33,11 @@ RESCUE_INTERVAL_MS = 1_000
 
 _jobs = table_of(AssignJob)
 _c = _jobs.c
-#: The earliest deadline of a queued or running job: the first entry of the reference's
-#: idx_assign_jobs_deadline (deadline_ms, status) that is active.
-_EARLIEST_DEADLINE = Prepared(
+#: The earliest deadline of a queued or running job: on PostgreSQL the first entry of
+#: ix_assign_jobs_active_deadline, which holds exactly these rows (revision 0021: with
+#: statistics behind a burst of jobs, the planner read every queued job instead); on
+#: SQLite the first active entry of the reference's idx_assign_jobs_deadline.
+EARLIEST_DEADLINE = Prepared(
     select(_c.deadline_ms).where(_c.deadline_ms.is_not(None), in_sources(rules.ACTIVE))
     .order_by(_c.deadline_ms).limit(1))
 
@@ -77,7 +79,7 @@ def sweep_timed_out_assigns(scope: Scope, now_ms: int | None = None) -> dict[str
 
 def earliest_deadline(tx: Transaction) -> int | None:
     """The earliest deadline of a queued or running job, or None."""
-    row = _EARLIEST_DEADLINE.first(tx, {})
+    row = EARLIEST_DEADLINE.first(tx, {})
     return None if row is None else int(row["deadline_ms"])
 
 
