@@ -6,8 +6,18 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import bindparam, func, literal_column, select, union_all
+from sqlalchemy import (
+    CTE,
+    ColumnElement,
+    Select,
+    bindparam,
+    func,
+    literal_column,
+    select,
+    union_all,
+)
 
 from hubstore.execution import Prepared, execute
 from hubstore.models import ASSIGN_STATUSES, AssignJob, table_of
@@ -21,28 +31,65 @@ PRIORITIES = range(1, 10)
 FINAL = tuple(s for s in ASSIGN_STATUSES if s not in ("queued", "running"))
 
 
+def _queued(jobs: Any) -> list[ColumnElement[bool]]:
+    return [jobs.c.worker_agent == bindparam("p_worker"), jobs.c.status == const("queued")]
+
+
+def _firsts(*where: ColumnElement[bool]) -> list[Select[Any]]:
+    """Per priority, the oldest queued job's ``created_at_ms`` (one index entry each)."""
+    return [select(_jobs.c.created_at_ms.label("at"))
+            .where(*_queued(_jobs), _jobs.c.priority == literal_column(str(p)), *where)
+            .order_by(_jobs.c.created_at_ms).limit(1).subquery().select()
+            for p in PRIORITIES]
+
+
+def _keys() -> CTE:
+    """The limit keys of the worker's queued jobs, by a skip scan of revision 0019's
+    index of keyed jobs (one look per key); its last row is NULL."""
+    k, later = _jobs.alias("key_of"), _jobs.alias("later_key")
+    first = (select(k.c.limit_key).where(*_queued(k), k.c.limit_key.is_not(None))
+             .order_by(k.c.limit_key).limit(1).scalar_subquery())
+    keys = select(first.label("key")).cte("queued_keys", recursive=True)
+    following = (select(later.c.limit_key)
+                 .where(*_queued(later), later.c.limit_key > keys.c.key)
+                 .order_by(later.c.limit_key).limit(1).scalar_subquery())
+    return keys.union_all(select(following.label("key")).where(keys.c.key.is_not(None)))
+
+
+def _keyed_firsts() -> list[Select[Any]]:
+    """Per key and priority, the oldest keyed queued job's ``created_at_ms``."""
+    keys = _keys()
+    return [select(select(_jobs.c.created_at_ms)
+                   .where(*_queued(_jobs), _jobs.c.limit_key == keys.c.key,
+                          _jobs.c.priority == literal_column(str(p)))
+                   .order_by(_jobs.c.created_at_ms).limit(1).scalar_subquery().label("at"))
+            .where(keys.c.key.is_not(None))
+            for p in PRIORITIES]
+
+
 @functools.cache
-def _oldest_of_a_worker() -> Prepared:
-    queued = _jobs.c.status == const("queued")
-    firsts = [select(_jobs.c.created_at_ms.label("at"))
-              .where(_jobs.c.worker_agent == bindparam("p_worker"), queued,
-                     _jobs.c.priority == literal_column(str(p)))
-              .order_by(_jobs.c.created_at_ms).limit(1).subquery().select()
-              for p in PRIORITIES]
+def _oldest_of_a_worker(split: bool) -> Prepared:
+    """One worker's oldest queued job: nine probes of the claim index; where the claim
+    index holds only the jobs without a limit key (PostgreSQL, revision 0019), those,
+    and nine per key of the keyed jobs' index."""
+    firsts = [*_firsts(_jobs.c.limit_key.is_(None)), *_keyed_firsts()] if split else _firsts()
     merged = union_all(*firsts).subquery()
     return Prepared(select(func.min(merged.c.at).label("at")))
 
 
-OLDEST_QUEUED = _oldest_of_a_worker()
+#: The statement for each layout of the claim indexes (``SqlDialect.split_claim_indexes``).
+OLDEST_QUEUED = {split: _oldest_of_a_worker(split) for split in (False, True)}
 
 
 def oldest_queued(uow: Transaction, workers: Sequence[str]) -> dict[str, int]:
     """The ``created_at_ms`` of each worker's oldest queued job (workers with none are
-    left out): per worker, the first entry of each priority's range of the partial index
-    ix_assign_jobs_claim (queued jobs only), nine index probes, whatever the queue."""
+    left out): per worker, the first entry of each priority's range of the partial claim
+    index (and on PostgreSQL of each key's range of the keyed jobs' index): a few index
+    probes, whatever the queue."""
     found: dict[str, int] = {}
+    statement = OLDEST_QUEUED[uow.sql.split_claim_indexes]
     for worker in workers:
-        row = OLDEST_QUEUED.first(uow, {"p_worker": worker})
+        row = statement.first(uow, {"p_worker": worker})
         if row is not None and row["at"] is not None:
             found[worker] = int(row["at"])
     return found

@@ -8,13 +8,17 @@ from __future__ import annotations
 import html
 import re
 import time
+from typing import cast
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import text
+from sqlalchemy.sql import ClauseElement
 from starlette.testclient import TestClient
 
 from hubstore import HubStore, ValidationError
 from hubstore.ids import now_ms
+from hubstore.services import job_metrics
 from tests.console.web_helpers import TOKEN, csrf, post
 from tests.factories import AssignJobFactory, MessageFactory
 from tests.helpers import present
@@ -137,6 +141,11 @@ def test_metrics_tell_queue_age_claim_to_finish_and_a_finished_counter(
         AssignJobFactory.create(worker_agent="w1", status="queued", priority=priority,
                                 created_at_ms=now - age_s * 1000)
     AssignJobFactory.create(worker_agent="w2", status="queued", created_at_ms=now - 5_000)
+    # w4's oldest has a limit key (PostgreSQL indexes those apart: revision 0019)
+    AssignJobFactory.create(worker_agent="w4", status="queued", created_at_ms=now - 20_000)
+    for key, age_s in (("codex", 300), ("gemini", 200)):
+        AssignJobFactory.create(worker_agent="w4", status="queued", limit_key=key,
+                                priority=7, created_at_ms=now - age_s * 1000)
     AssignJobFactory.create(worker_agent="w3", status="running")  # nothing queued
 
     def finish(status: str, took_ms: int) -> None:
@@ -148,8 +157,9 @@ def test_metrics_tell_queue_age_claim_to_finish_and_a_finished_counter(
     first = _samples(client)
     ages = {labels: value for (name, labels), value in first.items()
             if name == "hubstore_worker_queue_age_seconds"}
-    assert set(ages) == {(("worker", "w1"),), (("worker", "w2"),)}
+    assert set(ages) == {(("worker", "w1"),), (("worker", "w2"),), (("worker", "w4"),)}
     assert 120 <= ages[(("worker", "w1"),)] < 130 and 5 <= ages[(("worker", "w2"),)] < 15
+    assert 300 <= ages[(("worker", "w4"),)] < 310
     done = ("hubstore_assign_jobs_finished_total", (("status", "succeeded"),))
     assert first[done] == 1
     assert first[("hubstore_assign_jobs_finished_total", (("status", "failed"),))] == 0
@@ -217,3 +227,33 @@ def test_choice_labels_text_answers_and_the_answered_history(operator: TestClien
     assert rows == [secret.request_id, text.request_id, choice.request_id]  # newest first
     assert "hunter2-xyz" not in history and "never shown" in history
     assert '"text": "first\\nsecond"' in html.unescape(history)
+
+
+def test_a_workers_queue_age_reads_a_few_index_entries(store: HubStore) -> None:
+    """/metrics' queue age probes the claim indexes' first entries: with 600 queued jobs
+    of one worker (half of them under two limit keys) it reads a few dozen index
+    entries, not the worker's jobs (PostgreSQL's EXPLAIN ANALYZE; SQLite's plan)."""
+    now = now_ms()
+    AssignJobFactory.create_batch(300, worker_agent="w1", status="queued",
+                                  created_at_ms=now - 1_000)
+    for key in ("codex", "gemini"):
+        AssignJobFactory.create_batch(150, worker_agent="w1", status="queued",
+                                      limit_key=key, created_at_ms=now - 2_000)
+    with store.unit_of_work(write=False) as uow:
+        if uow.dialect != "sqlite":  # statistics that know the 600 jobs
+            uow.connection.execute(text("ANALYZE assign_jobs"))
+        prepared = job_metrics.OLDEST_QUEUED[uow.sql.split_claim_indexes]
+        statement = cast(ClauseElement, prepared.statement).params(p_worker="w1")
+        sql = str(statement.compile(dialect=uow.connection.dialect,
+                                    compile_kwargs={"literal_binds": True}))
+        if uow.dialect == "sqlite":
+            plan = " ".join(str(r[3]) for r in uow.connection.exec_driver_sql(
+                f"EXPLAIN QUERY PLAN {sql}"))
+            assert "ix_assign_jobs_claim" in plan and "SCAN assign_jobs" not in plan, plan
+            read = None
+        else:
+            plan = "\n".join(r[0] for r in uow.connection.exec_driver_sql(
+                f"EXPLAIN ANALYZE {sql}"))
+            read = sum(int(n) * int(loops) for n, loops in re.findall(
+                r"Scan[^\n]*actual[^\n]*rows=(\d+) loops=(\d+)", plan))
+            assert read <= 60, plan
