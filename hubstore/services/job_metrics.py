@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
-    CTE,
     ColumnElement,
     Select,
     bindparam,
@@ -21,6 +20,7 @@ from sqlalchemy import (
 
 from hubstore.execution import Prepared, execute
 from hubstore.models import ASSIGN_STATUSES, AssignJob, table_of
+from hubstore.services.assigns.rows import limit_keys
 from hubstore.services.base import const
 from hubstore.transaction import Transaction
 
@@ -31,36 +31,24 @@ PRIORITIES = range(1, 10)
 FINAL = tuple(s for s in ASSIGN_STATUSES if s not in ("queued", "running"))
 
 
-def _queued(jobs: Any) -> list[ColumnElement[bool]]:
-    return [jobs.c.worker_agent == bindparam("p_worker"), jobs.c.status == const("queued")]
+def _queued(columns: Any) -> list[ColumnElement[bool]]:
+    """The worker's queued jobs (of ``columns``' table), due or not."""
+    return [columns.worker_agent == bindparam("p_worker"), columns.status == const("queued")]
 
 
 def _firsts(*where: ColumnElement[bool]) -> list[Select[Any]]:
     """Per priority, the oldest queued job's ``created_at_ms`` (one index entry each)."""
     return [select(_jobs.c.created_at_ms.label("at"))
-            .where(*_queued(_jobs), _jobs.c.priority == literal_column(str(p)), *where)
+            .where(*_queued(_jobs.c), _jobs.c.priority == literal_column(str(p)), *where)
             .order_by(_jobs.c.created_at_ms).limit(1).subquery().select()
             for p in PRIORITIES]
 
 
-def _keys() -> CTE:
-    """The limit keys of the worker's queued jobs, by a skip scan of revision 0019's
-    index of keyed jobs (one look per key); its last row is NULL."""
-    k, later = _jobs.alias("key_of"), _jobs.alias("later_key")
-    first = (select(k.c.limit_key).where(*_queued(k), k.c.limit_key.is_not(None))
-             .order_by(k.c.limit_key).limit(1).scalar_subquery())
-    keys = select(first.label("key")).cte("queued_keys", recursive=True)
-    following = (select(later.c.limit_key)
-                 .where(*_queued(later), later.c.limit_key > keys.c.key)
-                 .order_by(later.c.limit_key).limit(1).scalar_subquery())
-    return keys.union_all(select(following.label("key")).where(keys.c.key.is_not(None)))
-
-
 def _keyed_firsts() -> list[Select[Any]]:
     """Per key and priority, the oldest keyed queued job's ``created_at_ms``."""
-    keys = _keys()
+    keys = limit_keys(_queued)  # the worker's queued jobs' keys, one look each
     return [select(select(_jobs.c.created_at_ms)
-                   .where(*_queued(_jobs), _jobs.c.limit_key == keys.c.key,
+                   .where(*_queued(_jobs.c), _jobs.c.limit_key == keys.c.key,
                           _jobs.c.priority == literal_column(str(p)))
                    .order_by(_jobs.c.created_at_ms).limit(1).scalar_subquery().label("at"))
             .where(keys.c.key.is_not(None))

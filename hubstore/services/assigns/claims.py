@@ -45,7 +45,7 @@ from hubstore.models import (
 from hubstore.services.assigns.batches import batch_size
 from hubstore.services.assigns.moves import NOW, running_times
 from hubstore.services.assigns.rescue import rescue_due, rescue_stalled
-from hubstore.services.assigns.rows import announce
+from hubstore.services.assigns.rows import announce, limit_keys
 from hubstore.services.base import const
 from hubstore.transaction import Scope, Transaction
 from hubstore.validation import require_id
@@ -190,24 +190,6 @@ def plain_claim_statement() -> Prepared:
     return Prepared(rows, _jobs)
 
 
-def _queued_keys() -> CTE:
-    """The limit keys of the worker's due queued jobs, in order, by a skip scan of
-    revision 0019's index of keyed jobs (one look per key, however many jobs it has);
-    its last row is NULL."""
-    # (each look an ORDER BY ... LIMIT 1, not min(): the planner turns min() into one
-    # only when its statistics say so, and reads every keyed job otherwise)
-    k = _jobs.alias("key_of")
-    first = (select(k.c.limit_key).where(*_queued(k.c), k.c.limit_key.is_not(None))
-             .order_by(k.c.limit_key).limit(1).scalar_subquery())
-    keys = select(first.label("key")).cte("queued_keys", recursive=True)
-    later = _jobs.alias("later_key")
-    following = (select(later.c.limit_key)
-                 .where(*_queued(later.c), later.c.limit_key.is_not(None),
-                        later.c.limit_key > keys.c.key)
-                 .order_by(later.c.limit_key).limit(1).scalar_subquery())
-    return keys.union_all(select(following.label("key")).where(keys.c.key.is_not(None)))
-
-
 @functools.cache
 def keyed_claim_statement(sql: SqlDialect) -> Prepared:
     """PostgreSQL: claim_statement, with its candidates found without reading the jobs
@@ -222,7 +204,7 @@ def keyed_claim_statement(sql: SqlDialect) -> Prepared:
         select(_c.job_id, _c.limit_key, _c.priority, _c.created_at_ms)
         .where(*_queued(), _c.limit_key.is_(None)).order_by(*order).limit(p_limit)
         .with_for_update(of=_jobs, skip_locked=True).cte("free_jobs"))
-    keys = _queued_keys()
+    keys = limit_keys(_queued)
     open_keys = (select(keys.c.key, rooms.c.free)
                  .select_from(keys.outerjoin(rooms, rooms.c.key == keys.c.key))
                  .where(keys.c.key.is_not(None), or_(rooms.c.free.is_(None), rooms.c.free >= 1))
@@ -379,7 +361,7 @@ _CLAIMABLE = Prepared(
 
 #: PostgreSQL (revision 0019): the same, each half of the queued jobs by its own index,
 #: the keyed half one look per key (the jobs of full keys are not read).
-_SPLIT_QUEUED_KEYS = _queued_keys()
+_SPLIT_QUEUED_KEYS = limit_keys(_queued)
 _SPLIT_CLAIMABLE = Prepared(union_all(
     select(_c.job_id).where(*_queued(), _c.limit_key.is_(None)).limit(1),
     select(_SPLIT_QUEUED_KEYS.c.key).where(

@@ -11,10 +11,10 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
-from sqlalchemy import Text, bindparam, insert, select, text, update
+from sqlalchemy import CTE, ColumnElement, Text, bindparam, insert, select, text, update
 
 from hubstore import assign_rules as rules
 from hubstore.dialects import SqlDialect
@@ -36,6 +36,25 @@ _COLUMNS = list(NAME_OF)
 
 
 _BY_ID = select(_jobs).where(_jobs.c.job_id == bindparam("p_job_id"))
+
+
+def limit_keys(queued: Callable[[Any], list[ColumnElement[bool]]]) -> CTE:
+    """The limit keys of the jobs that ``queued`` picks (conditions on the columns it is
+    given), in order, by a skip scan of revision 0019's index of keyed jobs (one look
+    per key, however many jobs it has): a recursive CTE ``queued_keys`` whose last row
+    is NULL."""
+    # (each look an ORDER BY ... LIMIT 1, not min(): the planner turns min() into one
+    # only when its statistics say so, and reads every keyed job otherwise)
+    k = _jobs.alias("key_of")
+    first = (select(k.c.limit_key).where(*queued(k.c), k.c.limit_key.is_not(None))
+             .order_by(k.c.limit_key).limit(1).scalar_subquery())
+    keys = select(first.label("key")).cte("queued_keys", recursive=True)
+    later = _jobs.alias("later_key")
+    following = (select(later.c.limit_key)
+                 .where(*queued(later.c), later.c.limit_key.is_not(None),
+                        later.c.limit_key > keys.c.key)
+                 .order_by(later.c.limit_key).limit(1).scalar_subquery())
+    return keys.union_all(select(following.label("key")).where(keys.c.key.is_not(None)))
 
 
 _SELECT = Prepared(_BY_ID, _jobs)
