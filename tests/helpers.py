@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -9,6 +10,7 @@ import pytest
 from sqlalchemy import event, text
 
 if TYPE_CHECKING:
+    from sqlalchemy import Connection
     from sqlalchemy.sql import ClauseElement
 
     from hubstore import HubStore
@@ -83,3 +85,12 @@ def query_plan(store: HubStore, statement: ClauseElement) -> str:
                 f"EXPLAIN QUERY PLAN {sql}"))
         uow.connection.execute(text("SET LOCAL enable_seqscan = off"))
         return " ".join(r[0] for r in uow.connection.exec_driver_sql(f"EXPLAIN {sql}"))
+
+
+def analyzed(conn: Connection, sql: str) -> tuple[str, int]:
+    """PostgreSQL's EXPLAIN ANALYZE of ``sql`` (its values written in): the plan, and the
+    rows its scans read in all (each scan's rows times its loops)."""
+    plan = "\n".join(r[0] for r in conn.exec_driver_sql(f"EXPLAIN ANALYZE {sql}"))
+    read = sum(int(rows) * int(loops) for rows, loops in re.findall(
+        r"Scan[^\n]*actual[^\n]*rows=(\d+) loops=(\d+)", plan))
+    return plan, read

@@ -21,7 +21,7 @@ from hubstore.ids import now_ms
 from hubstore.services import job_metrics
 from tests.console.web_helpers import TOKEN, csrf, post
 from tests.factories import AssignJobFactory, MessageFactory
-from tests.helpers import present
+from tests.helpers import analyzed, present, query_plan
 
 
 def _next_link(page: str) -> str | None:
@@ -240,20 +240,15 @@ def test_a_workers_queue_age_reads_a_few_index_entries(store: HubStore) -> None:
         AssignJobFactory.create_batch(150, worker_agent="w1", status="queued",
                                       limit_key=key, created_at_ms=now - 2_000)
     with store.unit_of_work(write=False) as uow:
-        if uow.dialect != "sqlite":  # statistics that know the 600 jobs
-            uow.connection.execute(text("ANALYZE assign_jobs"))
+        sqlite = uow.dialect == "sqlite"
         prepared = job_metrics.OLDEST_QUEUED[uow.sql.split_claim_indexes]
         statement = cast(ClauseElement, prepared.statement).params(p_worker="w1")
-        sql = str(statement.compile(dialect=uow.connection.dialect,
-                                    compile_kwargs={"literal_binds": True}))
-        if uow.dialect == "sqlite":
-            plan = " ".join(str(r[3]) for r in uow.connection.exec_driver_sql(
-                f"EXPLAIN QUERY PLAN {sql}"))
-            assert "ix_assign_jobs_claim" in plan and "SCAN assign_jobs" not in plan, plan
-            read = None
-        else:
-            plan = "\n".join(r[0] for r in uow.connection.exec_driver_sql(
-                f"EXPLAIN ANALYZE {sql}"))
-            read = sum(int(n) * int(loops) for n, loops in re.findall(
-                r"Scan[^\n]*actual[^\n]*rows=(\d+) loops=(\d+)", plan))
+        if not sqlite:
+            uow.connection.execute(text("ANALYZE assign_jobs"))  # it knows the 600 jobs
+            sql = str(statement.compile(dialect=uow.connection.dialect,
+                                        compile_kwargs={"literal_binds": True}))
+            plan, read = analyzed(uow.connection, sql)
             assert read <= 60, plan
+    if sqlite:
+        plan = query_plan(store, statement)
+        assert "ix_assign_jobs_claim" in plan and "SCAN assign_jobs" not in plan, plan
